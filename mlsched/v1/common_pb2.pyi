@@ -1,0 +1,329 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_PENDING: _ClassVar[JobState]
+    JOB_STATE_STARTING: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_SUSPENDING: _ClassVar[JobState]
+    JOB_STATE_SUSPENDED: _ClassVar[JobState]
+    JOB_STATE_COMPLETED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLING: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+
+class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_STATE_UNSPECIFIED: _ClassVar[TaskState]
+    TASK_STATE_LAUNCHING: _ClassVar[TaskState]
+    TASK_STATE_RUNNING: _ClassVar[TaskState]
+    TASK_STATE_SUSPENDING: _ClassVar[TaskState]
+    TASK_STATE_SUSPENDED: _ClassVar[TaskState]
+    TASK_STATE_COMPLETED: _ClassVar[TaskState]
+    TASK_STATE_FAILED: _ClassVar[TaskState]
+    TASK_STATE_KILLED: _ClassVar[TaskState]
+    TASK_STATE_LOST: _ClassVar[TaskState]
+
+class JobClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_CLASS_UNSPECIFIED: _ClassVar[JobClass]
+    JOB_CLASS_BEST_EFFORT: _ClassVar[JobClass]
+    JOB_CLASS_STRICT_SLO: _ClassVar[JobClass]
+    JOB_CLASS_SOFT_SLO: _ClassVar[JobClass]
+
+class MetricGoal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    METRIC_GOAL_UNSPECIFIED: _ClassVar[MetricGoal]
+    METRIC_GOAL_MAXIMIZE: _ClassVar[MetricGoal]
+    METRIC_GOAL_MINIMIZE: _ClassVar[MetricGoal]
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_PENDING: JobState
+JOB_STATE_STARTING: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_SUSPENDING: JobState
+JOB_STATE_SUSPENDED: JobState
+JOB_STATE_COMPLETED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLING: JobState
+JOB_STATE_CANCELLED: JobState
+TASK_STATE_UNSPECIFIED: TaskState
+TASK_STATE_LAUNCHING: TaskState
+TASK_STATE_RUNNING: TaskState
+TASK_STATE_SUSPENDING: TaskState
+TASK_STATE_SUSPENDED: TaskState
+TASK_STATE_COMPLETED: TaskState
+TASK_STATE_FAILED: TaskState
+TASK_STATE_KILLED: TaskState
+TASK_STATE_LOST: TaskState
+JOB_CLASS_UNSPECIFIED: JobClass
+JOB_CLASS_BEST_EFFORT: JobClass
+JOB_CLASS_STRICT_SLO: JobClass
+JOB_CLASS_SOFT_SLO: JobClass
+METRIC_GOAL_UNSPECIFIED: MetricGoal
+METRIC_GOAL_MAXIMIZE: MetricGoal
+METRIC_GOAL_MINIMIZE: MetricGoal
+
+class Deadline(_message.Message):
+    __slots__ = ("seconds_after_submit", "reward")
+    SECONDS_AFTER_SUBMIT_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    seconds_after_submit: float
+    reward: float
+    def __init__(self, seconds_after_submit: _Optional[float] = ..., reward: _Optional[float] = ...) -> None: ...
+
+class IterationCriterion(_message.Message):
+    __slots__ = ("iterations",)
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    iterations: int
+    def __init__(self, iterations: _Optional[int] = ...) -> None: ...
+
+class TargetMetricCriterion(_message.Message):
+    __slots__ = ("metric", "target", "goal", "max_iterations")
+    METRIC_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    GOAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    metric: str
+    target: float
+    goal: MetricGoal
+    max_iterations: int
+    def __init__(self, metric: _Optional[str] = ..., target: _Optional[float] = ..., goal: _Optional[_Union[MetricGoal, str]] = ..., max_iterations: _Optional[int] = ...) -> None: ...
+
+class StoppingCriterion(_message.Message):
+    __slots__ = ("iterations", "target_metric")
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    TARGET_METRIC_FIELD_NUMBER: _ClassVar[int]
+    iterations: IterationCriterion
+    target_metric: TargetMetricCriterion
+    def __init__(self, iterations: _Optional[_Union[IterationCriterion, _Mapping]] = ..., target_metric: _Optional[_Union[TargetMetricCriterion, _Mapping]] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    WORKING_DIR_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_PER_PROCESS_FIELD_NUMBER: _ClassVar[int]
+    JOB_CLASS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINES_FIELD_NUMBER: _ClassVar[int]
+    STOPPING_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    command: _containers.RepeatedScalarFieldContainer[str]
+    working_dir: str
+    env: _containers.ScalarMap[str, str]
+    gpus: int
+    gpus_per_process: int
+    job_class: JobClass
+    deadlines: _containers.RepeatedCompositeFieldContainer[Deadline]
+    stopping: StoppingCriterion
+    max_retries: int
+    batch_size: int
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class TaskInfo(_message.Message):
+    __slots__ = ("rank", "node_id", "gpu_indices", "state", "attempt", "exit_code", "message")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    node_id: str
+    gpu_indices: _containers.RepeatedScalarFieldContainer[int]
+    state: TaskState
+    attempt: int
+    exit_code: int
+    message: str
+    def __init__(self, rank: _Optional[int] = ..., node_id: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "user", "spec", "state", "submit_time", "first_start_time", "end_time", "attempt", "suspensions", "node_history", "metrics", "iteration", "checkpoint_step", "restored_step", "lease_expires_at", "message", "tasks", "failures")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SUBMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    FIRST_START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SUSPENSIONS_FIELD_NUMBER: _ClassVar[int]
+    NODE_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_STEP_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    user: str
+    spec: JobSpec
+    state: JobState
+    submit_time: float
+    first_start_time: float
+    end_time: float
+    attempt: int
+    suspensions: int
+    node_history: _containers.RepeatedScalarFieldContainer[str]
+    metrics: _containers.ScalarMap[str, float]
+    iteration: int
+    checkpoint_step: int
+    restored_step: int
+    lease_expires_at: float
+    message: str
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
+    failures: int
+    def __init__(self, id: _Optional[str] = ..., user: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., submit_time: _Optional[float] = ..., first_start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., attempt: _Optional[int] = ..., suspensions: _Optional[int] = ..., node_history: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., iteration: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., lease_expires_at: _Optional[float] = ..., message: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., failures: _Optional[int] = ...) -> None: ...
+
+class GpuInfo(_message.Message):
+    __slots__ = ("index", "name", "virtual", "memory_total_bytes")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    name: str
+    virtual: bool
+    memory_total_bytes: int
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., virtual: _Optional[bool] = ..., memory_total_bytes: _Optional[int] = ...) -> None: ...
+
+class GpuMetrics(_message.Message):
+    __slots__ = ("index", "utilization_percent", "memory_used_bytes", "memory_total_bytes", "virtual")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    VIRTUAL_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    utilization_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    virtual: bool
+    def __init__(self, index: _Optional[int] = ..., utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., virtual: _Optional[bool] = ...) -> None: ...
+
+class NodeMetrics(_message.Message):
+    __slots__ = ("time", "cpu_percent", "memory_used_bytes", "memory_total_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s", "gpus")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NET_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NET_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    time: float
+    cpu_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    net_rx_bytes_per_s: float
+    net_tx_bytes_per_s: float
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuMetrics]
+    def __init__(self, time: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuMetrics, _Mapping]]] = ...) -> None: ...
+
+class TaskMetrics(_message.Message):
+    __slots__ = ("job_id", "rank", "attempt", "cpu_percent", "memory_rss_bytes", "gpu_memory_bytes", "net_bytes_per_s")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NET_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    rank: int
+    attempt: int
+    cpu_percent: float
+    memory_rss_bytes: int
+    gpu_memory_bytes: int
+    net_bytes_per_s: float
+    def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., attempt: _Optional[int] = ..., cpu_percent: _Optional[float] = ..., memory_rss_bytes: _Optional[int] = ..., gpu_memory_bytes: _Optional[int] = ..., net_bytes_per_s: _Optional[float] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("id", "address", "hostname", "gpus", "cpu_count", "memory_total_bytes", "alive", "last_seen", "metrics", "busy_gpu_indices")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    CPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    hostname: str
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuInfo]
+    cpu_count: int
+    memory_total_bytes: int
+    alive: bool
+    last_seen: float
+    metrics: NodeMetrics
+    busy_gpu_indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., alive: _Optional[bool] = ..., last_seen: _Optional[float] = ..., metrics: _Optional[_Union[NodeMetrics, _Mapping]] = ..., busy_gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Progress(_message.Message):
+    __slots__ = ("iteration", "loss", "metrics", "iteration_time_s", "batch_size", "time")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    iteration: int
+    loss: float
+    metrics: _containers.ScalarMap[str, float]
+    iteration_time_s: float
+    batch_size: int
+    time: float
+    def __init__(self, iteration: _Optional[int] = ..., loss: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., iteration_time_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., time: _Optional[float] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("seq", "time", "job_id", "node_id", "kind", "message")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    time: float
+    job_id: str
+    node_id: str
+    kind: str
+    message: str
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[float] = ..., job_id: _Optional[str] = ..., node_id: _Optional[str] = ..., kind: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
