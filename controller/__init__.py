@@ -1,0 +1,1 @@
+"""The mlsched controller: job store, scheduling loop, policies and the gRPC services."""

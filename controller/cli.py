@@ -1,0 +1,116 @@
+"""The ``mlsched controller`` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from controller.policy import available_policies
+from controller.server import Controller, ControllerConfig
+from controller.state import ControllerSettings
+
+
+def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("controller", help="run the controller (gRPC server)")
+    p.add_argument(
+        "--listen",
+        default="127.0.0.1:50051",
+        help="host:port to serve on (port 0 picks a free one) [%(default)s]",
+    )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        required=True,
+        help="directory for the SQLite state (jobs, tasks, nodes, events)",
+    )
+    p.add_argument(
+        "--join-token",
+        default=os.environ.get("MLSCHED_JOIN_TOKEN"),
+        help="cluster join token agents must present (or env MLSCHED_JOIN_TOKEN)",
+    )
+    p.add_argument("--join-token-file", type=Path, help="read the join token from this file")
+    p.add_argument("--policy", default="fifo", choices=available_policies())
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=300.0,
+        help="lease length; jobs are reconsidered at lease boundaries [%(default)s]",
+    )
+    p.add_argument(
+        "--cycle-seconds", type=float, default=5.0, help="scheduling cycle interval [%(default)s]"
+    )
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=30.0,
+        help="seconds without a heartbeat before a node is dead [%(default)s]",
+    )
+    p.add_argument(
+        "--suspend-grace",
+        type=float,
+        default=30.0,
+        help="seconds a trainer gets to checkpoint before SIGTERM [%(default)s]",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=5.0,
+        help="metrics/heartbeat interval asked of agents [%(default)s]",
+    )
+    p.set_defaults(func=run_controller)
+
+
+def read_join_token(token: str | None, token_file: Path | None) -> str:
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise SystemExit(
+                f"mlsched: cannot read join token file {token_file}: {exc.strerror}"
+            ) from None
+    if not token:
+        raise SystemExit(
+            "mlsched: a join token is required (--join-token, --join-token-file "
+            "or MLSCHED_JOIN_TOKEN)"
+        )
+    return token
+
+
+def run_controller(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for name, value in (
+        ("--lease-seconds", args.lease_seconds),
+        ("--cycle-seconds", args.cycle_seconds),
+        ("--heartbeat-timeout", args.heartbeat_timeout),
+        ("--heartbeat-interval", args.heartbeat_interval),
+    ):
+        if value <= 0:
+            raise SystemExit(f"mlsched: {name} must be positive")
+    config = ControllerConfig(
+        listen=args.listen,
+        state_dir=args.state_dir,
+        join_token=read_join_token(args.join_token, args.join_token_file),
+        policy=args.policy,
+        heartbeat_interval_s=args.heartbeat_interval,
+        settings=ControllerSettings(
+            lease_s=args.lease_seconds,
+            cycle_s=args.cycle_seconds,
+            heartbeat_timeout_s=args.heartbeat_timeout,
+            suspend_grace_s=args.suspend_grace,
+        ),
+    )
+    controller = Controller(config)
+    controller.start()
+    print(f"listening on {controller.address}", flush=True)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: controller.request_shutdown())
+    controller.wait()
+    controller.stop()
+    print("controller stopped", file=sys.stderr)
+    return 0

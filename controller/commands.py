@@ -1,0 +1,79 @@
+"""Commands the controller sends to node agents (domain form; ``dispatch`` encodes them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlsched.model import JobSpec, TaskState
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    job_id: str
+    rank: int
+    attempt: int
+
+    def __str__(self) -> str:
+        return f"{self.job_id}/{self.rank}/{self.attempt}"
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    task: TaskRef
+    spec: JobSpec
+    user: str
+    gpu_indices: tuple[int, ...]
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    resume: bool
+
+
+@dataclass(frozen=True)
+class SuspendCommand:
+    task: TaskRef
+    grace_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class KillCommand:
+    task: TaskRef
+    reason: str
+
+
+@dataclass(frozen=True)
+class LeaseCommand:
+    task: TaskRef
+    renewed: bool
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class StopTrainingCommand:
+    task: TaskRef
+    reason: str
+
+
+@dataclass(frozen=True)
+class AckCommand:
+    task: TaskRef
+
+
+Command = (
+    LaunchCommand | SuspendCommand | KillCommand | LeaseCommand | StopTrainingCommand | AckCommand
+)
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """A task status as an agent reported it."""
+
+    task: TaskRef
+    state: TaskState
+    exit_code: int = 0
+    message: str = ""
+    checkpoint_step: int = 0
+    restored_step: int = 0

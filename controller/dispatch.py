@@ -1,0 +1,178 @@
+"""Connected agent sessions: each has an outbound queue of encoded commands."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from controller.commands import (
+    AckCommand,
+    Command,
+    KillCommand,
+    LaunchCommand,
+    LeaseCommand,
+    StopTrainingCommand,
+    SuspendCommand,
+    TaskRef,
+)
+from controller.errors import Unavailable
+from mlsched import serde
+from mlsched.v1 import agent_pb2
+
+
+def task_ref_to_proto(ref: TaskRef) -> agent_pb2.TaskRef:
+    return agent_pb2.TaskRef(job_id=ref.job_id, rank=ref.rank, attempt=ref.attempt)
+
+
+def encode(command: Command) -> agent_pb2.AgentSessionResponse:
+    """Domain command → the message sent on the agent session."""
+    task = task_ref_to_proto(command.task)
+    if isinstance(command, LaunchCommand):
+        return agent_pb2.AgentSessionResponse(
+            launch=agent_pb2.LaunchTask(
+                task=task,
+                spec=serde.spec_to_proto(command.spec),
+                gpu_indices=command.gpu_indices,
+                world_size=command.world_size,
+                local_rank=command.local_rank,
+                local_world_size=command.local_world_size,
+                master_addr=command.master_addr,
+                master_port=command.master_port,
+                resume=command.resume,
+                user=command.user,
+            )
+        )
+    if isinstance(command, SuspendCommand):
+        return agent_pb2.AgentSessionResponse(
+            suspend=agent_pb2.SuspendTask(task=task, grace_s=command.grace_s, reason=command.reason)
+        )
+    if isinstance(command, KillCommand):
+        return agent_pb2.AgentSessionResponse(
+            kill=agent_pb2.KillTask(task=task, reason=command.reason)
+        )
+    if isinstance(command, LeaseCommand):
+        status = (
+            agent_pb2.LEASE_STATUS_RENEWED if command.renewed else agent_pb2.LEASE_STATUS_EXPIRED
+        )
+        return agent_pb2.AgentSessionResponse(
+            lease=agent_pb2.LeaseUpdate(task=task, status=status, expires_at=command.expires_at)
+        )
+    if isinstance(command, StopTrainingCommand):
+        return agent_pb2.AgentSessionResponse(
+            trainer_command=agent_pb2.TrainerCommand(
+                task=task, stop=agent_pb2.StopTraining(reason=command.reason)
+            )
+        )
+    if isinstance(command, AckCommand):
+        return agent_pb2.AgentSessionResponse(ack=agent_pb2.TaskStatusAck(task=task))
+    raise TypeError(f"unknown command {command!r}")
+
+
+_CLOSED = object()
+
+
+@dataclass
+class AgentSession:
+    node_id: str
+    outbox: queue.Queue = field(default_factory=queue.Queue)
+    closed: threading.Event = field(default_factory=threading.Event)
+
+    def put(self, message: agent_pb2.AgentSessionResponse) -> None:
+        if not self.closed.is_set():
+            self.outbox.put(message)
+
+    def close(self) -> None:
+        self.closed.set()
+        self.outbox.put(_CLOSED)
+
+    def next(self, timeout: float) -> agent_pb2.AgentSessionResponse | None:
+        """The next message, ``None`` on timeout; raises ``EOFError`` once closed."""
+        try:
+            item = self.outbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if item is _CLOSED:
+            raise EOFError
+        return item
+
+
+@dataclass
+class _PendingLogs:
+    done: threading.Event = field(default_factory=threading.Event)
+    reply: agent_pb2.LogsReply | None = None
+
+
+class AgentSessions:
+    """The registry of live sessions, one per node; a new session replaces an older one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[str, AgentSession] = {}
+        self._pending: dict[str, _PendingLogs] = {}
+
+    def open(self, node_id: str) -> AgentSession:
+        session = AgentSession(node_id)
+        with self._lock:
+            old = self._sessions.get(node_id)
+            self._sessions[node_id] = session
+        if old is not None:
+            old.close()
+        return session
+
+    def remove(self, session: AgentSession) -> bool:
+        """Forget ``session``; True when it was still the node's current one."""
+        session.close()
+        with self._lock:
+            if self._sessions.get(session.node_id) is session:
+                del self._sessions[session.node_id]
+                return True
+        return False
+
+    def disconnect(self, node_id: str) -> None:
+        with self._lock:
+            session = self._sessions.pop(node_id, None)
+        if session is not None:
+            session.close()
+
+    def send(self, node_id: str, command: Command) -> None:
+        """Queue a command; dropped when the node is not connected (reconciliation on its
+        next registration repeats what still matters)."""
+        with self._lock:
+            session = self._sessions.get(node_id)
+        if session is not None:
+            session.put(encode(command))
+
+    def fetch_logs(
+        self, node_id: str, task: TaskRef, max_bytes: int, timeout_s: float
+    ) -> agent_pb2.LogsReply:
+        request_id = uuid.uuid4().hex
+        pending = _PendingLogs()
+        with self._lock:
+            session = self._sessions.get(node_id)
+            if session is None:
+                raise Unavailable(f"node {node_id} is not connected; its logs are unreachable")
+            self._pending[request_id] = pending
+        session.put(
+            agent_pb2.AgentSessionResponse(
+                fetch_logs=agent_pb2.FetchLogs(
+                    request_id=request_id, task=task_ref_to_proto(task), max_bytes=max_bytes
+                )
+            )
+        )
+        try:
+            if not pending.done.wait(timeout_s):
+                raise TimeoutError(f"node {node_id} did not send the logs within {timeout_s} s")
+        finally:
+            with self._lock:
+                self._pending.pop(request_id, None)
+        assert pending.reply is not None
+        return pending.reply
+
+    def logs_arrived(self, reply: agent_pb2.LogsReply) -> None:
+        with self._lock:
+            pending = self._pending.get(reply.request_id)
+        if pending is not None:
+            pending.reply = reply
+            pending.done.set()

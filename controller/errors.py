@@ -1,0 +1,25 @@
+"""Domain errors; the servicers map each to one gRPC status code."""
+
+
+class ControllerError(Exception):
+    """Base class."""
+
+
+class NotFound(ControllerError):
+    pass
+
+
+class PermissionDenied(ControllerError):
+    pass
+
+
+class FailedPrecondition(ControllerError):
+    pass
+
+
+class InvalidArgument(ControllerError):
+    pass
+
+
+class Unavailable(ControllerError):
+    pass

@@ -1,0 +1,112 @@
+"""The policy interface shared by the live controller and the simulator.
+
+A policy gets a :class:`ClusterSnapshot` (plain frozen data, no I/O handles) and returns a
+:class:`Decision`. It must not keep hidden state that changes its answer for the same snapshot
+other than what it documents (e.g. a learned model), must not read the clock (``snapshot.now``
+is the time) and never knows whether the cluster is real or simulated.
+
+Lease semantics (UniSched §III-C1, Gavel, Chronus): every active job holds a lease. A job whose
+lease has expired (``lease_expires_at <= now``) must appear in ``renew`` or ``suspend``; if a
+policy names it in neither, the controller expires the lease and suspends the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller.placement import TaskPlacement
+from mlsched.model import JobClass, JobSpec, JobState
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What a policy may know about a job."""
+
+    id: str
+    user: str
+    spec: JobSpec
+    state: JobState
+    submit_time: float
+    queued_since: float  # when it last joined the queue (submission or suspension)
+    attempt: int
+    suspensions: int
+    iteration: int = 0
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    lease_expires_at: float | None = None
+    placement: tuple[TaskPlacement, ...] = ()  # empty unless active
+    running_since: float | None = None  # start of the current attempt
+
+    @property
+    def gpus(self) -> int:
+        return self.spec.gpus
+
+    @property
+    def job_class(self) -> JobClass:
+        return self.spec.job_class
+
+
+@dataclass(frozen=True)
+class NodeView:
+    id: str
+    gpu_indices: tuple[int, ...]
+    free_gpu_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    now: float
+    nodes: tuple[NodeView, ...]
+    queued: tuple[JobView, ...]  # PENDING or SUSPENDED, in no particular order
+    active: tuple[JobView, ...]  # STARTING or RUNNING: holding GPUs and a lease
+    busy: tuple[JobView, ...] = ()  # SUSPENDING or CANCELLING: GPUs not yet released
+    default_lease_s: float = 300.0
+
+    def free_gpus(self) -> dict[str, tuple[int, ...]]:
+        return {n.id: n.free_gpu_indices for n in self.nodes}
+
+    def expired(self) -> tuple[JobView, ...]:
+        return tuple(
+            j
+            for j in self.active
+            if j.lease_expires_at is not None and j.lease_expires_at <= self.now
+        )
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Start (or resume from its checkpoint) a queued job on these GPUs for one lease."""
+
+    job_id: str
+    placement: tuple[TaskPlacement, ...]
+    lease_s: float
+
+
+@dataclass(frozen=True)
+class Renew:
+    job_id: str
+    lease_s: float
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """Checkpoint and release the GPUs; the job goes back to the queue."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    launch: tuple[Launch, ...] = ()
+    renew: tuple[Renew, ...] = ()
+    suspend: tuple[Suspend, ...] = ()
+
+
+class Policy(Protocol):
+    name: str
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        """Choose launches, renewals and suspensions for this scheduling cycle."""
+        ...

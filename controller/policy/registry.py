@@ -1,0 +1,26 @@
+"""Policies by name, for the CLI and the controller configuration."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from controller.policy.base import Policy
+from controller.policy.fifo import FifoPolicy
+
+_FACTORIES: dict[str, Callable[[], Policy]] = {
+    "fifo": lambda: FifoPolicy(time_slicing=True),
+    "fifo-nopreempt": lambda: FifoPolicy(time_slicing=False, name="fifo-nopreempt"),
+}
+
+
+def available_policies() -> list[str]:
+    return sorted(_FACTORIES)
+
+
+def make_policy(name: str) -> Policy:
+    try:
+        return _FACTORIES[name]()
+    except KeyError:
+        raise ValueError(
+            f"unknown policy {name!r}; valid: {', '.join(available_policies())}"
+        ) from None

@@ -1,0 +1,140 @@
+"""The scheduling cycle: liveness, snapshot, policy, and applying its decision."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from controller import lifecycle
+from controller.policy.base import ClusterSnapshot, Decision, Launch, Policy
+from controller.snapshot import build_snapshot
+from controller.state import LIVE_TASK_STATES, ControllerState
+from mlsched.model import TaskState
+
+log = logging.getLogger(__name__)
+
+
+class Scheduler:
+    """One cycle = expire dead nodes, ask the policy, apply what is still valid."""
+
+    def __init__(
+        self,
+        state: ControllerState,
+        policy: Policy,
+        disconnect: Callable[[str], None] = lambda node_id: None,
+    ) -> None:
+        self.state = state
+        self.policy = policy
+        self._disconnect = disconnect
+        self.last_decision_s = 0.0
+
+    def run_cycle(self) -> Decision:
+        with self.state.lock:
+            self.check_liveness()
+            snapshot = build_snapshot(self.state)
+        started = time.perf_counter()
+        decision = self.policy.decide(snapshot)
+        self.last_decision_s = time.perf_counter() - started
+        with self.state.lock:
+            self.apply(snapshot, decision)
+        return decision
+
+    def check_liveness(self) -> None:
+        """Declare nodes dead after the heartbeat timeout; their tasks are lost."""
+        state = self.state
+        now = state.clock.now()
+        for node in list(state.nodes.values()):
+            silent = now - node.last_seen
+            if not node.alive or silent <= state.settings.heartbeat_timeout_s:
+                continue
+            node.alive = False
+            state.connected.discard(node.id)
+            state.save_node(node)
+            state.emit("node_dead", f"no heartbeat for {silent:.0f} s", node_id=node.id)
+            self._disconnect(node.id)
+            for task in list(state.tasks_on_node(node.id)):
+                if task.state in LIVE_TASK_STATES:
+                    lifecycle.task_ended(state, task, TaskState.LOST, 0, "node died")
+
+    def apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
+        """Apply a decision made on ``snapshot``, skipping parts the world has overtaken."""
+        state = self.state
+        handled: set[str] = set()
+        for item in decision.suspend:
+            job = state.job(item.job_id)
+            if job is not None and job.state.active:
+                lifecycle.suspend(state, job, item.reason)
+                handled.add(job.id)
+        for item in decision.renew:
+            job = state.job(item.job_id)
+            if job is not None and job.state.active and job.id not in handled:
+                lifecycle.renew(state, job, item.lease_s)
+                handled.add(job.id)
+        for view in snapshot.expired():
+            job = state.job(view.id)
+            if view.id not in handled and job is not None and job.state.active:
+                lifecycle.suspend(state, job, "lease expired and was not renewed")
+        for item in decision.launch:
+            self._launch(item)
+
+    def _launch(self, item: Launch) -> None:
+        state = self.state
+        job = state.job(item.job_id)
+        if job is None or not job.state.queued or not item.placement:
+            return
+        if len(item.placement) != job.spec.num_tasks:
+            log.error(
+                "policy placed %d tasks for job %s, which has %d; ignored",
+                len(item.placement),
+                job.id,
+                job.spec.num_tasks,
+            )
+            return
+        busy = state.busy_gpus()
+        schedulable = {n.id: {g.index for g in n.gpus} for n in state.schedulable_nodes()}
+        for p in item.placement:
+            gpus = set(p.gpu_indices)
+            if (
+                p.node_id not in schedulable
+                or not gpus <= schedulable[p.node_id]
+                or (gpus & busy.get(p.node_id, set()))
+            ):
+                log.info("launch of %s skipped: %s:%s no longer free", job.id, p.node_id, gpus)
+                return
+            busy.setdefault(p.node_id, set()).update(gpus)
+        lifecycle.launch(state, job, item.placement, item.lease_s)
+
+
+class SchedulerLoop:
+    """Runs cycles every ``interval_s`` and whenever :meth:`trigger` is called."""
+
+    def __init__(self, scheduler: Scheduler, interval_s: float) -> None:
+        self._scheduler = scheduler
+        self._interval_s = interval_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=False)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def trigger(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._scheduler.run_cycle()
+            except Exception:  # one bad cycle must not stop scheduling
+                log.exception("scheduling cycle failed")

@@ -1,0 +1,107 @@
+"""Assembling and running the controller: store, state, scheduler and gRPC server."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from controller.agent_events import AgentEvents
+from controller.clock import Clock, SystemClock
+from controller.dispatch import AgentSessions
+from controller.jobs import JobOperations
+from controller.policy import Policy, make_policy
+from controller.scheduler import Scheduler, SchedulerLoop
+from controller.servicer import AgentServicer, JobServicer
+from controller.state import ControllerSettings, ControllerState
+from controller.store import SqliteStore
+from mlsched.v1 import agent_pb2_grpc, jobs_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    listen: str
+    state_dir: Path
+    join_token: str
+    policy: str = "fifo"
+    settings: ControllerSettings = field(default_factory=ControllerSettings)
+    heartbeat_interval_s: float = 5.0
+
+
+class Controller:
+    """A running controller; ``address`` is the bound host:port."""
+
+    def __init__(
+        self, config: ControllerConfig, clock: Clock | None = None, policy: Policy | None = None
+    ) -> None:
+        config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.config = config
+        self.store = SqliteStore(config.state_dir / "controller.db")
+        self.sessions = AgentSessions()
+        self.state = ControllerState(
+            self.store, clock or SystemClock(), self.sessions.send, config.settings
+        )
+        self.scheduler = Scheduler(
+            self.state, policy or make_policy(config.policy), disconnect=self.sessions.disconnect
+        )
+        self.loop = SchedulerLoop(self.scheduler, config.settings.cycle_s)
+        self.ops = JobOperations(self.state)
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="rpc")
+        )
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(
+            JobServicer(self.ops, self.state, self.sessions, self.loop.trigger), self.server
+        )
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(
+            AgentServicer(
+                config.join_token,
+                AgentEvents(self.state),
+                self.sessions,
+                self.loop.trigger,
+                config.heartbeat_interval_s,
+            ),
+            self.server,
+        )
+        port = self.server.add_insecure_port(config.listen)
+        if port == 0:
+            raise OSError(f"cannot listen on {config.listen}")
+        host = config.listen.rsplit(":", 1)[0]
+        self.address = f"{host}:{port}"
+        self._shutdown = threading.Event()
+        self._stopped = False
+
+    def start(self) -> None:
+        self.server.start()
+        self.loop.start()
+        _write_atomic(self.config.state_dir / "controller.addr", self.address + "\n")
+        with self.state.lock:
+            self.state.emit("controller_started", f"listening on {self.address}")
+        log.info("controller listening on %s (state in %s)", self.address, self.config.state_dir)
+
+    def request_shutdown(self) -> None:
+        """Ask :meth:`wait` to return (safe from a signal handler)."""
+        self._shutdown.set()
+
+    def wait(self) -> None:
+        self._shutdown.wait()
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self.loop.stop()
+        self.server.stop(grace_s).wait()
+        self.store.close()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,299 @@
+"""gRPC servicers: thin adapters from RPCs to controller operations.
+
+Each domain error maps to one status code; see docs/wire.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+
+from controller.agent_events import AgentEvents
+from controller.commands import TaskRef, TaskReport
+from controller.dispatch import AgentSessions
+from controller.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from controller.jobs import JobOperations
+from controller.state import ControllerState
+from mlsched import serde
+from mlsched.model import Node
+from mlsched.v1 import agent_pb2, agent_pb2_grpc, jobs_pb2, jobs_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+USER_KEY = "mlsched-user"
+JOIN_TOKEN_KEY = "mlsched-join-token"
+DEFAULT_LOG_BYTES = 64 * 1024
+LOG_FETCH_TIMEOUT_S = 10.0
+
+_STATUS = {
+    NotFound: grpc.StatusCode.NOT_FOUND,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    serde.WireError: grpc.StatusCode.INVALID_ARGUMENT,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    TimeoutError: grpc.StatusCode.DEADLINE_EXCEEDED,
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def maps_errors(method: F) -> F:
+    """Turn domain errors raised by ``method`` into their gRPC status codes."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except tuple(_STATUS) as exc:
+            code = next(c for t, c in _STATUS.items() if isinstance(exc, t))
+            context.abort(code, str(exc))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _metadata(context: grpc.ServicerContext) -> dict[str, str]:
+    return {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+
+
+def caller(context: grpc.ServicerContext) -> str:
+    user = _metadata(context).get(USER_KEY, "").strip()
+    if not user:
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, f"missing '{USER_KEY}' metadata")
+    return user
+
+
+class JobServicer(jobs_pb2_grpc.JobServiceServicer):
+    def __init__(
+        self,
+        ops: JobOperations,
+        state: ControllerState,
+        sessions: AgentSessions,
+        on_change: Callable[[], None],
+    ) -> None:
+        self._ops = ops
+        self._state = state
+        self._sessions = sessions
+        self._on_change = on_change
+
+    @maps_errors
+    def SubmitJob(
+        self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.SubmitJobResponse:
+        user = caller(context)
+        if not request.HasField("spec"):
+            raise InvalidArgument("spec is required")
+        job = self._ops.submit(user, serde.spec_from_proto(request.spec))
+        self._on_change()
+        return jobs_pb2.SubmitJobResponse(job=serde.job_to_proto(job, []))
+
+    @maps_errors
+    def GetJob(
+        self, request: jobs_pb2.GetJobRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.GetJobResponse:
+        caller(context)
+        job, tasks = self._ops.get(request.job_id)
+        return jobs_pb2.GetJobResponse(job=serde.job_to_proto(job, tasks))
+
+    @maps_errors
+    def ListJobs(
+        self, request: jobs_pb2.ListJobsRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.ListJobsResponse:
+        caller(context)
+        states = [serde.job_state_from_proto(s) for s in request.states]
+        jobs = self._ops.list(states, request.user)
+        return jobs_pb2.ListJobsResponse(jobs=[serde.job_to_proto(j, t) for j, t in jobs])
+
+    @maps_errors
+    def CancelJob(
+        self, request: jobs_pb2.CancelJobRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.CancelJobResponse:
+        job = self._ops.cancel(caller(context), request.job_id)
+        self._on_change()
+        _, tasks = self._ops.get(job.id)
+        return jobs_pb2.CancelJobResponse(job=serde.job_to_proto(job, tasks))
+
+    @maps_errors
+    def ListNodes(
+        self, request: jobs_pb2.ListNodesRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.ListNodesResponse:
+        caller(context)
+        return jobs_pb2.ListNodesResponse(
+            nodes=[serde.node_to_proto(n, busy) for n, busy in self._ops.nodes()]
+        )
+
+    @maps_errors
+    def GetJobLogs(
+        self, request: jobs_pb2.GetJobLogsRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.GetJobLogsResponse:
+        caller(context)
+        if request.max_bytes < 0:
+            raise InvalidArgument("max_bytes must not be negative")
+        node_id, task = self._ops.log_location(request.job_id, request.rank)
+        reply = self._sessions.fetch_logs(
+            node_id,
+            TaskRef(task.job_id, task.rank, task.attempt),
+            request.max_bytes or DEFAULT_LOG_BYTES,
+            LOG_FETCH_TIMEOUT_S,
+        )
+        if reply.error:
+            raise NotFound(f"node {node_id}: {reply.error}")
+        return jobs_pb2.GetJobLogsResponse(
+            node_id=node_id, content=reply.content, truncated=reply.truncated
+        )
+
+    def WatchEvents(
+        self, request: jobs_pb2.WatchEventsRequest, context: grpc.ServicerContext
+    ) -> Iterator[jobs_pb2.WatchEventsResponse]:
+        caller(context)
+        after = request.after_seq
+        while context.is_active():
+            events = self._state.store.events_after(after, request.job_id)
+            for event in events:
+                yield jobs_pb2.WatchEventsResponse(event=serde.event_to_proto(event))
+                after = event.seq
+            if events:
+                continue
+            if not request.follow:
+                return
+            with self._state.lock:
+                if self._state.last_event_seq <= after:
+                    self._state.changed.wait(timeout=1.0)
+
+
+class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
+    def __init__(
+        self,
+        join_token: str,
+        events: AgentEvents,
+        sessions: AgentSessions,
+        on_change: Callable[[], None],
+        heartbeat_interval_s: float,
+    ) -> None:
+        self._join_token = join_token
+        self._events = events
+        self._sessions = sessions
+        self._on_change = on_change
+        self._heartbeat_interval_s = heartbeat_interval_s
+
+    def AgentSession(
+        self,
+        request_iterator: Iterator[agent_pb2.AgentSessionRequest],
+        context: grpc.ServicerContext,
+    ) -> Iterator[agent_pb2.AgentSessionResponse]:
+        token = _metadata(context).get(JOIN_TOKEN_KEY, "")
+        if not hmac.compare_digest(token.encode(), self._join_token.encode()):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing cluster join token")
+        first = next(request_iterator, None)
+        if first is None:
+            return
+        if first.WhichOneof("message") != "register":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
+        node, reports = _registration(first.register, context)
+        session = self._sessions.open(node.id)
+        self._events.register(node, reports)
+        self._on_change()
+        reader = threading.Thread(
+            target=self._read,
+            args=(request_iterator, node.id, session),
+            name=f"agent-{node.id}",
+            daemon=True,
+        )
+        reader.start()
+        yield agent_pb2.AgentSessionResponse(
+            registered=agent_pb2.Registered(
+                node_id=node.id, heartbeat_interval_s=self._heartbeat_interval_s
+            )
+        )
+        try:
+            while context.is_active():
+                message = session.next(timeout=1.0)
+                if message is not None:
+                    yield message
+        except EOFError:
+            pass
+        finally:
+            if self._sessions.remove(session):
+                self._events.disconnected(node.id)
+
+    def _read(
+        self, requests: Iterator[agent_pb2.AgentSessionRequest], node_id: str, session: Any
+    ) -> None:
+        try:
+            for request in requests:
+                self._handle(node_id, request)
+        except grpc.RpcError:
+            pass  # the agent went away; the session closes below
+        except Exception:
+            log.exception("agent %s sent a message the controller could not handle", node_id)
+        finally:
+            session.close()
+
+    def _handle(self, node_id: str, request: agent_pb2.AgentSessionRequest) -> None:
+        kind = request.WhichOneof("message")
+        if kind == "metrics":
+            self._events.heartbeat(node_id, serde.node_metrics_from_proto(request.metrics.node))
+        elif kind == "task_status":
+            self._events.task_status(node_id, task_report_from_proto(request.task_status))
+            self._on_change()
+        elif kind == "progress":
+            t = request.progress.task
+            self._events.progress(
+                node_id,
+                t.job_id,
+                t.rank,
+                t.attempt,
+                serde.progress_from_proto(request.progress.progress),
+            )
+        elif kind == "logs":
+            self._sessions.logs_arrived(request.logs)
+        else:
+            log.warning("agent %s sent an unexpected %s message", node_id, kind)
+
+
+def task_report_from_proto(msg: agent_pb2.TaskStatus) -> TaskReport:
+    return TaskReport(
+        task=TaskRef(msg.task.job_id, msg.task.rank, msg.task.attempt),
+        state=serde.task_state_from_proto(msg.state),
+        exit_code=msg.exit_code,
+        message=msg.message,
+        checkpoint_step=msg.checkpoint_step,
+        restored_step=msg.restored_step,
+    )
+
+
+def _registration(
+    msg: agent_pb2.RegisterAgent, context: grpc.ServicerContext
+) -> tuple[Node, list[TaskReport]]:
+    if not msg.node_id:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register.node_id is required")
+    indices = [g.index for g in msg.gpus]
+    if len(set(indices)) != len(indices) or any(i < 0 for i in indices):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "GPU indices must be unique and >= 0")
+    try:
+        reports = [task_report_from_proto(t) for t in msg.tasks]
+    except serde.WireError as exc:
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+    node = Node(
+        id=msg.node_id,
+        address=msg.address or "127.0.0.1",
+        hostname=msg.hostname,
+        gpus=tuple(serde.gpu_info_from_proto(g) for g in msg.gpus),
+        cpu_count=msg.cpu_count,
+        memory_total_bytes=msg.memory_total_bytes,
+        alive=True,
+        last_seen=0.0,
+    )
+    return node, reports

@@ -1,0 +1,52 @@
+"""Building the policy's :class:`ClusterSnapshot` from the controller state."""
+
+from __future__ import annotations
+
+from controller.placement import TaskPlacement
+from controller.policy.base import ClusterSnapshot, JobView, NodeView
+from controller.state import ControllerState
+from mlsched.model import Job, JobState
+
+
+def job_view(state: ControllerState, job: Job) -> JobView:
+    placement: tuple[TaskPlacement, ...] = ()
+    if job.state.active or job.state in (JobState.SUSPENDING, JobState.CANCELLING):
+        tasks = state.live_tasks(job.id)
+        placement = tuple(TaskPlacement(t.rank, t.node_id, t.gpu_indices) for t in tasks)
+    return JobView(
+        id=job.id,
+        user=job.user,
+        spec=job.spec,
+        state=job.state,
+        submit_time=job.submit_time,
+        queued_since=job.queued_since,
+        attempt=job.attempt,
+        suspensions=job.suspensions,
+        iteration=job.iteration,
+        metrics=dict(job.metrics),
+        lease_expires_at=job.lease_expires_at,
+        placement=placement,
+        running_since=job.attempt_started_at if placement else None,
+    )
+
+
+def build_snapshot(state: ControllerState) -> ClusterSnapshot:
+    """Caller holds ``state.lock``."""
+    busy = state.busy_gpus()
+    nodes = tuple(
+        NodeView(
+            id=n.id,
+            gpu_indices=tuple(g.index for g in n.gpus),
+            free_gpu_indices=tuple(g.index for g in n.gpus if g.index not in busy.get(n.id, ())),
+        )
+        for n in state.schedulable_nodes()
+    )
+    views = [job_view(state, j) for j in state.jobs.values() if not j.state.terminal]
+    return ClusterSnapshot(
+        now=state.clock.now(),
+        nodes=nodes,
+        queued=tuple(v for v in views if v.state.queued),
+        active=tuple(v for v in views if v.state.active),
+        busy=tuple(v for v in views if v.state in (JobState.SUSPENDING, JobState.CANCELLING)),
+        default_lease_s=state.settings.lease_s,
+    )

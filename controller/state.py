@@ -1,0 +1,111 @@
+"""The controller's in-memory view of the cluster, written through to the store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from controller.clock import Clock
+from controller.commands import Command
+from controller.states import check_transition
+from controller.store import Store
+from mlsched.model import Event, Job, JobState, Node, Task, TaskState
+
+CommandSink = Callable[[str, Command], None]
+"""Delivers a command to a node's agent (``dispatch.AgentSessions.send``)."""
+
+LIVE_TASK_STATES = (TaskState.LAUNCHING, TaskState.RUNNING, TaskState.SUSPENDING)
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    lease_s: float = 300.0  # UniSched's BE lease is 5 min; the demo uses seconds
+    cycle_s: float = 5.0
+    heartbeat_timeout_s: float = 30.0
+    suspend_grace_s: float = 30.0
+    master_port_range: tuple[int, int] = (29500, 39499)
+
+
+class ControllerState:
+    """Jobs, tasks and nodes, guarded by one lock; every change is persisted before it is used.
+
+    Callers hold ``lock`` around any sequence of reads and writes that must be consistent.
+    """
+
+    def __init__(
+        self, store: Store, clock: Clock, send: CommandSink, settings: ControllerSettings
+    ) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)  # notified on every new event
+        self.store = store
+        self.clock = clock
+        self.send = send
+        self.settings = settings
+        loaded = store.load()
+        self.jobs: dict[str, Job] = loaded.jobs
+        self.tasks: dict[str, list[Task]] = loaded.tasks
+        self.nodes: dict[str, Node] = loaded.nodes
+        self.connected: set[str] = set()
+        self.last_event_seq = 0
+        now = clock.now()
+        for node in self.nodes.values():
+            node.last_seen = now  # a restarted controller gives every agent a full timeout
+
+    # --- persistence -------------------------------------------------------------------
+    def save_job(self, job: Job) -> None:
+        self.store.save_job(job)
+
+    def save_tasks(self, job_id: str) -> None:
+        self.store.save_tasks(job_id, self.tasks.get(job_id, []))
+
+    def save_node(self, node: Node) -> None:
+        self.store.save_node(node)
+
+    def emit(self, kind: str, message: str, job_id: str = "", node_id: str = "") -> Event:
+        event = self.store.append_event(self.clock.now(), kind, message, job_id, node_id)
+        self.last_event_seq = event.seq
+        self.changed.notify_all()
+        return event
+
+    def set_job_state(self, job: Job, new: JobState, message: str = "") -> None:
+        """Move a job through the state machine, persist it and record an event."""
+        check_transition(job.id, job.state, new)
+        old, job.state = job.state, new
+        if message:
+            job.message = message
+        if new.terminal:
+            job.end_time = self.clock.now()
+            job.lease_expires_at = None
+        self.save_job(job)
+        text = f"{old.value} -> {new.value}" + (f": {message}" if message else "")
+        self.emit("job_state", text, job_id=job.id)
+
+    # --- queries -----------------------------------------------------------------------
+    def job(self, job_id: str) -> Job | None:
+        return self.jobs.get(job_id)
+
+    def job_tasks(self, job_id: str) -> list[Task]:
+        return self.tasks.get(job_id, [])
+
+    def live_tasks(self, job_id: str) -> list[Task]:
+        return [t for t in self.job_tasks(job_id) if t.state in LIVE_TASK_STATES]
+
+    def tasks_on_node(self, node_id: str) -> Iterable[Task]:
+        for tasks in self.tasks.values():
+            for task in tasks:
+                if task.node_id == node_id:
+                    yield task
+
+    def busy_gpus(self) -> dict[str, set[int]]:
+        """GPUs held by tasks that have not ended, per node."""
+        busy: dict[str, set[int]] = {}
+        for tasks in self.tasks.values():
+            for task in tasks:
+                if task.state in LIVE_TASK_STATES:
+                    busy.setdefault(task.node_id, set()).update(task.gpu_indices)
+        return busy
+
+    def schedulable_nodes(self) -> list[Node]:
+        """Alive nodes whose agent is connected now."""
+        return [n for nid, n in sorted(self.nodes.items()) if n.alive and nid in self.connected]

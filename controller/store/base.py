@@ -1,0 +1,66 @@
+"""The store interface. Contracts:
+
+- every ``save_*`` call is durable when it returns (or when the enclosing ``transaction()``
+  block exits without an exception; an exception rolls the whole block back);
+- ``load()`` returns exactly what was last saved, so a controller killed at any point restarts
+  from a consistent state;
+- event sequence numbers are assigned by the store, strictly increasing, never reused.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from mlsched.model import Event, Job, Node, Task
+
+
+@dataclass
+class StoredState:
+    jobs: dict[str, Job] = field(default_factory=dict)
+    tasks: dict[str, list[Task]] = field(default_factory=dict)  # job id → tasks by rank
+    nodes: dict[str, Node] = field(default_factory=dict)
+
+
+class Store(ABC):
+    @abstractmethod
+    def load(self) -> StoredState:
+        """Everything saved so far."""
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[None]:
+        """Group several saves into one atomic write."""
+
+    @abstractmethod
+    def save_job(self, job: Job) -> None:
+        """Insert or replace a job."""
+
+    @abstractmethod
+    def save_tasks(self, job_id: str, tasks: list[Task]) -> None:
+        """Replace the tasks of a job (its current attempt)."""
+
+    @abstractmethod
+    def save_node(self, node: Node) -> None:
+        """Insert or replace a node (metrics are not persisted)."""
+
+    @abstractmethod
+    def append_event(
+        self, time: float, kind: str, message: str, job_id: str = "", node_id: str = ""
+    ) -> Event:
+        """Record an event and return it with its sequence number."""
+
+    @abstractmethod
+    def events_after(self, seq: int, job_id: str = "", limit: int = 1000) -> list[Event]:
+        """Events with a larger sequence number, oldest first, optionally for one job."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store."""
+
+    def iter_events(self, after: int = 0, job_id: str = "") -> Iterator[Event]:
+        """Every event after ``after``, page by page."""
+        while batch := self.events_after(after, job_id):
+            yield from batch
+            after = batch[-1].seq

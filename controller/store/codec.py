@@ -1,0 +1,119 @@
+"""JSON encoding of domain objects for the SQL store's columns."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from mlsched.model import (
+    Deadline,
+    GpuInfo,
+    IterationStop,
+    Job,
+    JobClass,
+    JobSpec,
+    JobState,
+    MetricGoal,
+    Node,
+    ResumeRecord,
+    StoppingCriterion,
+    TargetMetricStop,
+    Task,
+    TaskState,
+)
+
+
+def _stopping_to_dict(stopping: StoppingCriterion) -> dict[str, Any]:
+    if isinstance(stopping, IterationStop):
+        return {"kind": "iterations", "iterations": stopping.iterations}
+    return {
+        "kind": "target",
+        "metric": stopping.metric,
+        "target": stopping.target,
+        "goal": stopping.goal.value,
+        "max_iterations": stopping.max_iterations,
+    }
+
+
+def _stopping_from_dict(d: dict[str, Any]) -> StoppingCriterion:
+    if d["kind"] == "iterations":
+        return IterationStop(d["iterations"])
+    return TargetMetricStop(d["metric"], d["target"], MetricGoal(d["goal"]), d["max_iterations"])
+
+
+def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "command": list(spec.command),
+        "gpus": spec.gpus,
+        "gpus_per_process": spec.gpus_per_process,
+        "stopping": _stopping_to_dict(spec.stopping),
+        "job_class": spec.job_class.value,
+        "deadlines": [[d.seconds_after_submit, d.reward] for d in spec.deadlines],
+        "working_dir": spec.working_dir,
+        "env": [list(p) for p in spec.env],
+        "max_retries": spec.max_retries,
+        "batch_size": spec.batch_size,
+    }
+
+
+def spec_from_dict(d: dict[str, Any]) -> JobSpec:
+    return JobSpec(
+        name=d["name"],
+        command=tuple(d["command"]),
+        gpus=d["gpus"],
+        gpus_per_process=d["gpus_per_process"],
+        stopping=_stopping_from_dict(d["stopping"]),
+        job_class=JobClass(d["job_class"]),
+        deadlines=tuple(Deadline(a, r) for a, r in d["deadlines"]),
+        working_dir=d["working_dir"],
+        env=tuple((k, v) for k, v in d["env"]),
+        max_retries=d["max_retries"],
+        batch_size=d["batch_size"],
+    )
+
+
+def job_to_json(job: Job) -> str:
+    d = asdict(job)
+    d["spec"] = spec_to_dict(job.spec)
+    d["state"] = job.state.value
+    return json.dumps(d)
+
+
+def job_from_json(text: str) -> Job:
+    d = json.loads(text)
+    d["spec"] = spec_from_dict(d["spec"])
+    d["state"] = JobState(d["state"])
+    d["resumes"] = [
+        ResumeRecord(
+            **{**r, "from_nodes": tuple(r["from_nodes"]), "to_nodes": tuple(r["to_nodes"])}
+        )
+        for r in d["resumes"]
+    ]
+    return Job(**d)
+
+
+def task_to_json(task: Task) -> str:
+    d = asdict(task)
+    d["state"] = task.state.value
+    return json.dumps(d)
+
+
+def task_from_json(text: str) -> Task:
+    d = json.loads(text)
+    d["state"] = TaskState(d["state"])
+    d["gpu_indices"] = tuple(d["gpu_indices"])
+    return Task(**d)
+
+
+def node_to_json(node: Node) -> str:
+    d = asdict(node)
+    d["metrics"] = None
+    return json.dumps(d)
+
+
+def node_from_json(text: str) -> Node:
+    d = json.loads(text)
+    d["gpus"] = tuple(GpuInfo(**g) for g in d["gpus"])
+    return Node(**d)

@@ -1,0 +1,126 @@
+"""SQLite (WAL) implementation of :class:`Store`: the controller's default."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from controller.store import codec
+from controller.store.base import Store, StoredState
+from mlsched.model import Event, Job, Node, Task
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, user TEXT NOT NULL, state TEXT NOT NULL,
+    submit_time REAL NOT NULL, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+    job_id TEXT NOT NULL, rank INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (job_id, rank));
+CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, kind TEXT NOT NULL,
+    message TEXT NOT NULL, job_id TEXT NOT NULL, node_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, seq);
+"""
+
+
+class SqliteStore(Store):
+    """Thread-safe; one connection guarded by a lock. ``path=":memory:"`` for tests."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes
+        self._conn.execute("PRAGMA busy_timeout=5000")
+        self._conn.executescript(_SCHEMA)
+
+    def load(self) -> StoredState:
+        state = StoredState()
+        with self._lock:
+            for (data,) in self._conn.execute("SELECT data FROM jobs ORDER BY submit_time, id"):
+                job = codec.job_from_json(data)
+                state.jobs[job.id] = job
+            rows = self._conn.execute("SELECT job_id, data FROM tasks ORDER BY job_id, rank")
+            for job_id, data in rows:
+                state.tasks.setdefault(job_id, []).append(codec.task_from_json(data))
+            for (data,) in self._conn.execute("SELECT data FROM nodes ORDER BY id"):
+                node = codec.node_from_json(data)
+                state.nodes[node.id] = node
+        return state
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._lock:
+            outer = self._depth == 0
+            if outer:
+                self._conn.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._depth -= 1
+                if outer:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if outer:
+                self._conn.execute("COMMIT")
+
+    def save_job(self, job: Job) -> None:
+        with self.transaction():
+            self._conn.execute(
+                "INSERT OR REPLACE INTO jobs (id, user, state, submit_time, data) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (job.id, job.user, job.state.value, job.submit_time, codec.job_to_json(job)),
+            )
+
+    def save_tasks(self, job_id: str, tasks: list[Task]) -> None:
+        with self.transaction():
+            self._conn.execute("DELETE FROM tasks WHERE job_id = ?", (job_id,))
+            self._conn.executemany(
+                "INSERT INTO tasks (job_id, rank, data) VALUES (?, ?, ?)",
+                [(job_id, t.rank, codec.task_to_json(t)) for t in tasks],
+            )
+
+    def save_node(self, node: Node) -> None:
+        with self.transaction():
+            self._conn.execute(
+                "INSERT OR REPLACE INTO nodes (id, data) VALUES (?, ?)",
+                (node.id, codec.node_to_json(node)),
+            )
+
+    def append_event(
+        self, time: float, kind: str, message: str, job_id: str = "", node_id: str = ""
+    ) -> Event:
+        with self.transaction():
+            cur = self._conn.execute(
+                "INSERT INTO events (time, kind, message, job_id, node_id) VALUES (?, ?, ?, ?, ?)",
+                (time, kind, message, job_id, node_id),
+            )
+            seq = cur.lastrowid
+        assert seq is not None
+        return Event(seq=seq, time=time, kind=kind, message=message, job_id=job_id, node_id=node_id)
+
+    def events_after(self, seq: int, job_id: str = "", limit: int = 1000) -> list[Event]:
+        query = "SELECT seq, time, kind, message, job_id, node_id FROM events WHERE seq > ?"
+        args: list[object] = [seq]
+        if job_id:
+            query += " AND job_id = ?"
+            args.append(job_id)
+        query += " ORDER BY seq LIMIT ?"
+        args.append(limit)
+        with self._lock:
+            rows = self._conn.execute(query, args).fetchall()
+        return [
+            Event(seq=r[0], time=r[1], kind=r[2], message=r[3], job_id=r[4], node_id=r[5])
+            for r in rows
+        ]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

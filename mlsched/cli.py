@@ -1,0 +1,218 @@
+"""The ``mlsched`` command: controller, agent, client commands and the demo."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from mlsched import render
+from mlsched.jobspec import SpecError, load_spec_file
+from mlsched.model import JobState
+
+DEFAULT_CONTROLLER = "127.0.0.1:50051"
+
+
+def _default_user() -> str:
+    try:
+        return os.environ.get("MLSCHED_USER") or getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def _client_args(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
+    p.add_argument(
+        "--controller",
+        default=os.environ.get("MLSCHED_CONTROLLER", DEFAULT_CONTROLLER),
+        help="controller address (or env MLSCHED_CONTROLLER) [%(default)s]",
+    )
+    p.add_argument("--user", default=_default_user(), help="your user name [%(default)s]")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _with_client(
+    fn: Callable[[Any, argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from mlsched.client import Client
+
+        with Client(args.controller, args.user) as client:
+            return fn(client, args)
+
+    return run
+
+
+@_with_client
+def cmd_submit(client: Any, args: argparse.Namespace) -> int:
+    spec = load_spec_file(args.file)  # validated before anything is sent
+    job = client.submit(spec)
+    if args.json:
+        _print_json(render.job_dict(job))
+    else:
+        print(f"submitted {job.id} ({spec.name})")
+    return 0
+
+
+@_with_client
+def cmd_jobs(client: Any, args: argparse.Namespace) -> int:
+    states = tuple(JobState(s.upper()) for s in args.state)
+    jobs = client.list(states=states, user="" if args.all else args.user)
+    if args.json:
+        _print_json([render.job_dict(j, t) for j, t in jobs])
+    else:
+        print(render.jobs_table(jobs))
+    return 0
+
+
+@_with_client
+def cmd_describe(client: Any, args: argparse.Namespace) -> int:
+    job, tasks = client.get(args.job)
+    if args.json:
+        _print_json(render.job_dict(job, tasks))
+    else:
+        print(render.describe(job, tasks))
+    return 0
+
+
+@_with_client
+def cmd_cancel(client: Any, args: argparse.Namespace) -> int:
+    job = client.cancel(args.job)
+    if args.json:
+        _print_json(render.job_dict(job))
+    else:
+        print(f"{job.id}: {job.state.value}")
+    return 0
+
+
+@_with_client
+def cmd_nodes(client: Any, args: argparse.Namespace) -> int:
+    nodes = client.nodes()
+    if args.json:
+        _print_json([render.node_dict(n, busy) for n, busy in nodes])
+    else:
+        print(render.nodes_table(nodes))
+    return 0
+
+
+@_with_client
+def cmd_logs(client: Any, args: argparse.Namespace) -> int:
+    logs = client.logs(args.job, rank=args.rank, max_bytes=args.bytes)
+    if args.json:
+        _print_json({"node": logs.node_id, "content": logs.content, "truncated": logs.truncated})
+    else:
+        if logs.truncated:
+            print(f"[... earlier output on {logs.node_id} truncated ...]")
+        sys.stdout.write(logs.content)
+    return 0
+
+
+@_with_client
+def cmd_events(client: Any, args: argparse.Namespace) -> int:
+    for event in client.events(after_seq=args.after, job_id=args.job or "", follow=args.follow):
+        if args.json:
+            print(json.dumps(render.event_dict(event)), flush=True)
+        else:
+            where = " ".join(x for x in (event.job_id, event.node_id) if x)
+            print(f"{event.seq:6d} {event.kind:18s} {where:24s} {event.message}", flush=True)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from mlsched.demo import run_demo
+
+    return run_demo(json_output=args.json, keep=args.keep, lease_s=args.lease_seconds)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from nodeagent.cli import add_agent_command
+
+    from controller.cli import add_controller_command
+
+    parser = argparse.ArgumentParser(
+        prog="mlsched", description="Scheduler for deep-learning training jobs on GPU clusters."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    add_controller_command(sub)
+    add_agent_command(sub)
+
+    p = sub.add_parser("submit", help="submit a job from a YAML spec")
+    p.add_argument("file", help="job spec (YAML)")
+    _client_args(p)
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("jobs", help="list jobs")
+    _client_args(p)
+    p.add_argument("--all", action="store_true", help="every user's jobs")
+    p.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        choices=[s.value.lower() for s in JobState],
+        help="only jobs in this state (repeatable)",
+    )
+    p.set_defaults(func=cmd_jobs)
+
+    for name, func, text in (
+        ("describe", cmd_describe, "show one job in detail"),
+        ("cancel", cmd_cancel, "cancel one of your jobs"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("job", help="job id")
+        _client_args(p)
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("nodes", help="list nodes with their GPUs and load")
+    _client_args(p)
+    p.set_defaults(func=cmd_nodes)
+
+    p = sub.add_parser("logs", help="print a job's log (tail) from its node")
+    p.add_argument("job", help="job id")
+    p.add_argument("--rank", type=int, default=0, help="which task [%(default)s]")
+    p.add_argument("--bytes", type=int, default=0, help="tail size (0: 64 KiB)")
+    _client_args(p)
+    p.set_defaults(func=cmd_logs)
+
+    p = sub.add_parser("events", help="print the controller's event feed")
+    p.add_argument("--job", help="only this job's events")
+    p.add_argument("--after", type=int, default=0, help="start after this sequence number")
+    p.add_argument("--follow", "-f", action="store_true", help="keep waiting for new events")
+    _client_args(p)
+    p.set_defaults(func=cmd_events)
+
+    p = sub.add_parser("demo", help="run a local cluster (controller + 2 agents) with example jobs")
+    p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument("--lease-seconds", type=float, default=12.0, help="lease length [%(default)s]")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpecError as exc:
+        print(f"mlsched: {exc}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as exc:
+        code = exc.code().name if hasattr(exc, "code") else "ERROR"
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        print(f"mlsched: {code}: {details}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

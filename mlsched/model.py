@@ -1,0 +1,239 @@
+"""Domain types shared by the controller, the CLI and the policies.
+
+Plain dataclasses and enums: protobuf types never leave the edges (see ``mlsched.serde``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class JobClass(enum.Enum):
+    """Service class of a job (UniSched §II: best-effort, strict SLO, soft SLO)."""
+
+    BEST_EFFORT = "best-effort"
+    STRICT_SLO = "strict-slo"
+    SOFT_SLO = "soft-slo"
+
+
+class MetricGoal(enum.Enum):
+    MAXIMIZE = "max"
+    MINIMIZE = "min"
+
+
+class JobState(enum.Enum):
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED)
+
+    @property
+    def queued(self) -> bool:
+        """Waiting for GPUs: never ran, or suspended and waiting to resume."""
+        return self in (JobState.PENDING, JobState.SUSPENDED)
+
+    @property
+    def active(self) -> bool:
+        """Holding (or about to hold) GPUs."""
+        return self in (JobState.STARTING, JobState.RUNNING)
+
+
+class TaskState(enum.Enum):
+    LAUNCHING = "LAUNCHING"
+    RUNNING = "RUNNING"
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+    LOST = "LOST"
+
+    @property
+    def ended(self) -> bool:
+        return self in (
+            TaskState.SUSPENDED,
+            TaskState.COMPLETED,
+            TaskState.FAILED,
+            TaskState.KILLED,
+            TaskState.LOST,
+        )
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """Finishing within ``seconds_after_submit`` earns ``reward`` (UniSched §III-C2)."""
+
+    seconds_after_submit: float
+    reward: float
+
+
+@dataclass(frozen=True)
+class IterationStop:
+    iterations: int
+
+
+@dataclass(frozen=True)
+class TargetMetricStop:
+    metric: str
+    target: float
+    goal: MetricGoal
+    max_iterations: int
+
+
+StoppingCriterion = IterationStop | TargetMetricStop
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job specification (see ``mlsched.jobspec`` for the YAML form)."""
+
+    name: str
+    command: tuple[str, ...]
+    gpus: int
+    stopping: StoppingCriterion
+    job_class: JobClass = JobClass.BEST_EFFORT
+    deadlines: tuple[Deadline, ...] = ()
+    gpus_per_process: int = 1
+    working_dir: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    max_retries: int = 0
+    batch_size: int = 0
+
+    @property
+    def num_tasks(self) -> int:
+        return self.gpus // self.gpus_per_process
+
+
+@dataclass
+class Task:
+    """One process of a job in its current attempt."""
+
+    job_id: str
+    rank: int
+    attempt: int
+    node_id: str
+    gpu_indices: tuple[int, ...]
+    state: TaskState
+    exit_code: int | None = None
+    message: str = ""
+    checkpoint_step: int = 0
+    restored_step: int = 0
+
+
+@dataclass
+class ResumeRecord:
+    """One suspension and the resumption that followed it."""
+
+    suspended_at: float
+    checkpoint_step: int
+    from_nodes: tuple[str, ...]
+    resumed_at: float | None = None
+    restored_step: int | None = None
+    to_nodes: tuple[str, ...] = ()
+
+
+@dataclass
+class Job:
+    id: str
+    user: str
+    spec: JobSpec
+    state: JobState
+    submit_time: float
+    queued_since: float
+    first_start_time: float | None = None
+    end_time: float | None = None
+    attempt: int = 0
+    suspensions: int = 0
+    failures: int = 0
+    node_history: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    iteration: int = 0
+    checkpoint_step: int = 0
+    restored_step: int = 0
+    lease_expires_at: float | None = None
+    master_port: int = 0
+    attempt_started_at: float | None = None
+    message: str = ""
+    resumes: list[ResumeRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    virtual: bool
+    memory_total_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GpuMetrics:
+    index: int
+    utilization_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    virtual: bool
+
+
+@dataclass(frozen=True)
+class NodeMetrics:
+    time: float
+    cpu_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    net_rx_bytes_per_s: float
+    net_tx_bytes_per_s: float
+    gpus: tuple[GpuMetrics, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskMetrics:
+    job_id: str
+    rank: int
+    attempt: int
+    cpu_percent: float
+    memory_rss_bytes: int
+    gpu_memory_bytes: int
+    net_bytes_per_s: float
+
+
+@dataclass
+class Node:
+    id: str
+    address: str
+    hostname: str
+    gpus: tuple[GpuInfo, ...]
+    cpu_count: int
+    memory_total_bytes: int
+    alive: bool
+    last_seen: float
+    metrics: NodeMetrics | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    iteration: int
+    loss: float
+    metrics: dict[str, float]
+    iteration_time_s: float
+    batch_size: int
+    time: float
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    time: float
+    kind: str
+    message: str
+    job_id: str = ""
+    node_id: str = ""

@@ -1,0 +1,180 @@
+"""Turning domain objects into tables and JSON-ready dictionaries for the CLI."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from mlsched.jobspec import stopping_to_dict
+from mlsched.model import Event, Job, Node, Task
+
+
+def jct_s(job: Job) -> float | None:
+    """Job completion time: submission to end."""
+    return None if job.end_time is None else round(job.end_time - job.submit_time, 3)
+
+
+def task_dict(task: Task) -> dict[str, Any]:
+    return {
+        "rank": task.rank,
+        "node": task.node_id,
+        "gpus": list(task.gpu_indices),
+        "state": task.state.value,
+        "attempt": task.attempt,
+        "exit_code": task.exit_code,
+        "message": task.message,
+    }
+
+
+def job_dict(job: Job, tasks: Sequence[Task] = ()) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "name": job.spec.name,
+        "user": job.user,
+        "state": job.state.value,
+        "class": job.spec.job_class.value,
+        "gpus": job.spec.gpus,
+        "command": list(job.spec.command),
+        "stop": stopping_to_dict(job.spec.stopping),
+        "deadlines": [
+            {"after_s": d.seconds_after_submit, "reward": d.reward} for d in job.spec.deadlines
+        ],
+        "submit_time": job.submit_time,
+        "first_start_time": job.first_start_time,
+        "end_time": job.end_time,
+        "jct_s": jct_s(job),
+        "attempts": job.attempt,
+        "suspensions": job.suspensions,
+        "failures": job.failures,
+        "nodes": list(job.node_history),
+        "iteration": job.iteration,
+        "metrics": dict(job.metrics),
+        "checkpoint_step": job.checkpoint_step,
+        "restored_step": job.restored_step,
+        "lease_expires_at": job.lease_expires_at,
+        "message": job.message,
+        "tasks": [task_dict(t) for t in tasks],
+    }
+
+
+def node_dict(node: Node, busy: Sequence[int]) -> dict[str, Any]:
+    m = node.metrics
+    return {
+        "id": node.id,
+        "address": node.address,
+        "hostname": node.hostname,
+        "alive": node.alive,
+        "last_seen": node.last_seen,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "virtual": g.virtual,
+                "memory_total_bytes": g.memory_total_bytes,
+                "busy": g.index in busy,
+            }
+            for g in node.gpus
+        ],
+        "cpu_count": node.cpu_count,
+        "memory_total_bytes": node.memory_total_bytes,
+        "metrics": None
+        if m is None
+        else {
+            "cpu_percent": m.cpu_percent,
+            "memory_used_bytes": m.memory_used_bytes,
+            "net_rx_bytes_per_s": m.net_rx_bytes_per_s,
+            "net_tx_bytes_per_s": m.net_tx_bytes_per_s,
+            "gpus": [
+                {
+                    "index": g.index,
+                    "utilization_percent": g.utilization_percent,
+                    "memory_used_bytes": g.memory_used_bytes,
+                    "virtual": g.virtual,
+                }
+                for g in m.gpus
+            ],
+        },
+    }
+
+
+def event_dict(event: Event) -> dict[str, Any]:
+    return {
+        "seq": event.seq,
+        "time": event.time,
+        "kind": event.kind,
+        "job": event.job_id,
+        "node": event.node_id,
+        "message": event.message,
+    }
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def _metric(job: Job, name: str) -> str:
+    value = job.metrics.get(name)
+    return "" if value is None else f"{value:.3f}"
+
+
+def jobs_table(jobs: Sequence[tuple[Job, Sequence[Task]]], now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    rows = []
+    for job, tasks in jobs:
+        live_nodes = sorted({t.node_id for t in tasks if not t.state.ended})
+        age = (job.end_time or now) - job.submit_time
+        rows.append(
+            [
+                job.id,
+                job.spec.name,
+                job.user,
+                job.state.value,
+                job.spec.gpus,
+                ",".join(live_nodes) or "-",
+                job.iteration,
+                _metric(job, "accuracy"),
+                job.suspensions,
+                f"{age:.0f}s",
+            ]
+        )
+    return table(
+        ["ID", "NAME", "USER", "STATE", "GPUS", "NODES", "ITER", "ACC", "SUSP", "AGE"], rows
+    )
+
+
+def nodes_table(nodes: Sequence[tuple[Node, Sequence[int]]]) -> str:
+    rows = []
+    for node, busy in nodes:
+        kind = "virtual" if node.gpus and all(g.virtual for g in node.gpus) else "real"
+        m = node.metrics
+        rows.append(
+            [
+                node.id,
+                node.address,
+                "alive" if node.alive else "dead",
+                f"{len(busy)}/{len(node.gpus)} {kind}",
+                "" if m is None else f"{m.cpu_percent:.0f}%",
+                ""
+                if m is None or not m.memory_total_bytes
+                else f"{100 * m.memory_used_bytes / m.memory_total_bytes:.0f}%",
+            ]
+        )
+    return table(["NODE", "ADDRESS", "STATE", "GPUS BUSY", "CPU", "MEM"], rows)
+
+
+def describe(job: Job, tasks: Sequence[Task]) -> str:
+    d = job_dict(job, tasks)
+    lines = [f"{k}: {v}" for k, v in d.items() if k != "tasks"]
+    lines.append("tasks:")
+    lines.extend(
+        f"  rank {t.rank}: {t.state.value} on {t.node_id} GPUs {list(t.gpu_indices)} "
+        f"(attempt {t.attempt}){' exit ' + str(t.exit_code) if t.exit_code else ''}"
+        f"{' - ' + t.message if t.message else ''}"
+        for t in tasks
+    )
+    return "\n".join(lines)
