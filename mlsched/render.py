@@ -54,6 +54,17 @@ def job_dict(job: Job, tasks: Sequence[Task] = ()) -> dict[str, Any]:
         "restored_step": job.restored_step,
         "lease_expires_at": job.lease_expires_at,
         "message": job.message,
+        "resumptions": [
+            {
+                "suspended_at": r.suspended_at,
+                "checkpoint_step": r.checkpoint_step,
+                "from_nodes": list(r.from_nodes),
+                "resumed_at": r.resumed_at,
+                "restored_step": r.restored_step,
+                "to_nodes": list(r.to_nodes),
+            }
+            for r in job.resumes
+        ],
         "tasks": [task_dict(t) for t in tasks],
     }
 
@@ -169,7 +180,17 @@ def nodes_table(nodes: Sequence[tuple[Node, Sequence[int]]]) -> str:
 
 def describe(job: Job, tasks: Sequence[Task]) -> str:
     d = job_dict(job, tasks)
-    lines = [f"{k}: {v}" for k, v in d.items() if k != "tasks"]
+    lines = [f"{k}: {v}" for k, v in d.items() if k not in ("tasks", "resumptions")]
+    lines.append("resumptions:")
+    lines.extend(
+        f"  suspended on {','.join(r.from_nodes)} at checkpoint step {r.checkpoint_step}"
+        + (
+            f"; resumed on {','.join(r.to_nodes)} from step {r.restored_step}"
+            if r.resumed_at
+            else "; waiting"
+        )
+        for r in job.resumes
+    )
     lines.append("tasks:")
     lines.extend(
         f"  rank {t.rank}: {t.state.value} on {t.node_id} GPUs {list(t.gpu_indices)} "

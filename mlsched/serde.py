@@ -16,6 +16,7 @@ from mlsched.model import (
     Node,
     NodeMetrics,
     Progress,
+    ResumeRecord,
     StoppingCriterion,
     TargetMetricStop,
     Task,
@@ -161,6 +162,17 @@ def job_to_proto(job: Job, tasks: list[Task]) -> pb.Job:
         message=job.message,
         tasks=[task_to_proto(t) for t in tasks],
         failures=job.failures,
+        resumptions=[
+            pb.Resumption(
+                suspended_at=r.suspended_at,
+                checkpoint_step=r.checkpoint_step,
+                from_nodes=r.from_nodes,
+                resumed_at=r.resumed_at or 0.0,
+                restored_step=-1 if r.restored_step is None else r.restored_step,
+                to_nodes=r.to_nodes,
+            )
+            for r in job.resumes
+        ],
     )
 
 
@@ -185,6 +197,17 @@ def job_from_proto(msg: pb.Job) -> tuple[Job, list[Task]]:
         restored_step=msg.restored_step,
         lease_expires_at=msg.lease_expires_at or None,
         message=msg.message,
+        resumes=[
+            ResumeRecord(
+                suspended_at=r.suspended_at,
+                checkpoint_step=r.checkpoint_step,
+                from_nodes=tuple(r.from_nodes),
+                resumed_at=r.resumed_at or None,
+                restored_step=None if r.restored_step < 0 else r.restored_step,
+                to_nodes=tuple(r.to_nodes),
+            )
+            for r in msg.resumptions
+        ],
     )
     tasks = [
         Task(

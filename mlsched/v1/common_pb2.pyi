@@ -157,7 +157,7 @@ class TaskInfo(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., node_id: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "user", "spec", "state", "submit_time", "first_start_time", "end_time", "attempt", "suspensions", "node_history", "metrics", "iteration", "checkpoint_step", "restored_step", "lease_expires_at", "message", "tasks", "failures")
+    __slots__ = ("id", "user", "spec", "state", "submit_time", "first_start_time", "end_time", "attempt", "suspensions", "node_history", "metrics", "iteration", "checkpoint_step", "restored_step", "lease_expires_at", "message", "tasks", "failures", "resumptions")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -183,6 +183,7 @@ class Job(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
+    RESUMPTIONS_FIELD_NUMBER: _ClassVar[int]
     id: str
     user: str
     spec: JobSpec
@@ -201,7 +202,24 @@ class Job(_message.Message):
     message: str
     tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
     failures: int
-    def __init__(self, id: _Optional[str] = ..., user: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., submit_time: _Optional[float] = ..., first_start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., attempt: _Optional[int] = ..., suspensions: _Optional[int] = ..., node_history: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., iteration: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., lease_expires_at: _Optional[float] = ..., message: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., failures: _Optional[int] = ...) -> None: ...
+    resumptions: _containers.RepeatedCompositeFieldContainer[Resumption]
+    def __init__(self, id: _Optional[str] = ..., user: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., submit_time: _Optional[float] = ..., first_start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., attempt: _Optional[int] = ..., suspensions: _Optional[int] = ..., node_history: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., iteration: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., lease_expires_at: _Optional[float] = ..., message: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., failures: _Optional[int] = ..., resumptions: _Optional[_Iterable[_Union[Resumption, _Mapping]]] = ...) -> None: ...
+
+class Resumption(_message.Message):
+    __slots__ = ("suspended_at", "checkpoint_step", "from_nodes", "resumed_at", "restored_step", "to_nodes")
+    SUSPENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODES_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_AT_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_STEP_FIELD_NUMBER: _ClassVar[int]
+    TO_NODES_FIELD_NUMBER: _ClassVar[int]
+    suspended_at: float
+    checkpoint_step: int
+    from_nodes: _containers.RepeatedScalarFieldContainer[str]
+    resumed_at: float
+    restored_step: int
+    to_nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, suspended_at: _Optional[float] = ..., checkpoint_step: _Optional[int] = ..., from_nodes: _Optional[_Iterable[str]] = ..., resumed_at: _Optional[float] = ..., restored_step: _Optional[int] = ..., to_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GpuInfo(_message.Message):
     __slots__ = ("index", "name", "virtual", "memory_total_bytes")

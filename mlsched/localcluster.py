@@ -1,0 +1,162 @@
+"""A controller and node agents as real local processes: used by the demo and the tests."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from mlsched.client import Client
+from mlsched.model import Event
+
+
+@dataclass(frozen=True)
+class ClusterTiming:
+    lease_s: float = 12.0
+    cycle_s: float = 1.0
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 10.0
+    suspend_grace_s: float = 15.0
+
+
+class LocalCluster:
+    """Processes under ``root``: ``controller/``, ``<node-id>/``, shared ``checkpoints/``."""
+
+    def __init__(self, root: Path, timing: ClusterTiming = ClusterTiming(),
+                 policy: str = "fifo") -> None:
+        self.root = root
+        self.timing = timing
+        self.policy = policy
+        self.token_file = root / "join-token"
+        self.checkpoint_root = root / "checkpoints"
+        self.address = ""
+        self.controller: subprocess.Popen[bytes] | None = None
+        self.agents: dict[str, subprocess.Popen[bytes]] = {}
+        root.mkdir(parents=True, exist_ok=True)
+        self.checkpoint_root.mkdir(exist_ok=True)
+        if not self.token_file.exists():
+            self.token_file.write_text(secrets.token_hex(16) + "\n")
+            self.token_file.chmod(0o600)
+
+    def _mlsched(self) -> list[str]:
+        return [sys.executable, "-m", "mlsched"]
+
+    def start_controller(self, timeout_s: float = 30.0) -> str:
+        """Start (or restart on the same port) the controller; returns its address."""
+        listen = self.address or "127.0.0.1:0"
+        t = self.timing
+        cmd = [*self._mlsched(), "controller", "--listen", listen,
+               "--state-dir", str(self.root / "controller"),
+               "--join-token-file", str(self.token_file), "--policy", self.policy,
+               "--lease-seconds", str(t.lease_s), "--cycle-seconds", str(t.cycle_s),
+               "--heartbeat-timeout", str(t.heartbeat_timeout_s),
+               "--heartbeat-interval", str(t.heartbeat_interval_s),
+               "--suspend-grace", str(t.suspend_grace_s)]
+        log = open(self.root / "controller.log", "ab")  # noqa: SIM115 - owned by the process
+        self.controller = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log)
+        log.close()
+        line = _read_line(self.controller, timeout_s)
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"controller did not start (see {self.root / 'controller.log'})")
+        self.address = line.split()[-1]
+        return self.address
+
+    def start_agent(self, node_id: str, gpus: int = 2, extra: list[str] | None = None
+                    ) -> subprocess.Popen[bytes]:
+        state_dir = self.root / node_id
+        cmd = [*self._mlsched(), "agent", "--controller", self.address,
+               "--join-token-file", str(self.token_file), "--node-id", node_id,
+               "--state-dir", str(state_dir), "--checkpoint-root", str(self.checkpoint_root),
+               "--gpus", str(gpus), "--metrics-interval", str(self.timing.heartbeat_interval_s),
+               "--suspend-grace", str(self.timing.suspend_grace_s), *(extra or [])]
+        state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f"{node_id}.log", "ab") as log:
+            process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        self.agents[node_id] = process
+        return process
+
+    def client(self, user: str = "demo") -> Client:
+        return Client(self.address, user)
+
+    def wait_for_event(self, predicate: Callable[[Event], bool], timeout_s: float,
+                       after_seq: int = 0, user: str = "harness") -> Event:
+        """Block until an event matching ``predicate`` appears in the controller's feed."""
+        deadline_error = TimeoutError(f"no matching event within {timeout_s} s")
+        with self.client(user) as client:
+            try:
+                for event in client.events(after_seq=after_seq, follow=True, timeout_s=timeout_s):
+                    if predicate(event):
+                        return event
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    raise deadline_error from None
+                raise
+        raise deadline_error
+
+    def wait_for_nodes(self, node_ids: set[str], timeout_s: float = 60.0) -> None:
+        seen: set[str] = set()
+
+        def registered(event: Event) -> bool:
+            if event.kind == "node_registered":
+                seen.add(event.node_id)
+            return node_ids <= seen
+
+        self.wait_for_event(registered, timeout_s)
+
+    def kill_controller(self, sig: int = signal.SIGKILL) -> None:
+        if self.controller is not None:
+            self.controller.send_signal(sig)
+            self.controller.wait(timeout=30)
+            self.controller = None
+
+    def kill_agent(self, node_id: str, sig: int = signal.SIGKILL) -> None:
+        process = self.agents.pop(node_id)
+        process.send_signal(sig)
+        process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Stop agents and controller (training processes are stopped by their agents' owner:
+        here, every process whose environment points at this cluster's checkpoint root)."""
+        for node_id in list(self.agents):
+            self.kill_agent(node_id, signal.SIGTERM)
+        self.kill_controller(signal.SIGTERM)
+        _kill_training_processes(self.checkpoint_root)
+
+
+def _read_line(process: subprocess.Popen[bytes], timeout_s: float) -> str:
+    result: list[str] = []
+    assert process.stdout is not None
+    reader = threading.Thread(
+        target=lambda: result.append(process.stdout.readline().decode()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if not result:
+        process.kill()
+        raise RuntimeError(f"no output from {process.args} within {timeout_s} s")
+    return result[0].strip()
+
+
+def _kill_training_processes(checkpoint_root: Path) -> None:
+    """Training processes outlive their agent by design (systemd KillMode=process); a local
+    cluster being torn down must not leave them behind."""
+    import psutil
+
+    for process in psutil.process_iter(["pid"]):
+        try:
+            environ = process.environ()
+        except (psutil.Error, OSError):
+            continue
+        key = environ.get("MLSCHED_CHECKPOINT_DIR", "")
+        if key.startswith(str(checkpoint_root)) and process.pid != os.getpid():
+            try:
+                process.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Creates .venv (if needed) and installs mlsched with its test tools into it.
+# torch==2.13.0 goes first: a looser pin would pull gigabytes of CUDA wheels.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet torch==2.13.0
+.venv/bin/python -m pip install --quiet -e '.[dev]'
