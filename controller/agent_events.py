@@ -115,7 +115,7 @@ class AgentEvents:
             changed = True
             if report.checkpoint_step > job.checkpoint_step:
                 job.checkpoint_step = report.checkpoint_step
-        if report.restored_step != task.restored_step:
+        if report.restored and report.restored_step != task.restored_step:
             task.restored_step = report.restored_step
             changed = True
             if task.rank == 0:

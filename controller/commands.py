@@ -77,3 +77,4 @@ class TaskReport:
     message: str = ""
     checkpoint_step: int = 0
     restored_step: int = 0
+    restored: bool = False  # restored_step is meaningful

@@ -35,13 +35,13 @@ class JobOperations:
                 queued_since=now,
             )
             with state.store.transaction():
-                state.jobs[job_id] = job
                 state.save_job(job)
                 state.emit(
                     "job_submitted",
                     f"{spec.name} by {user}: {spec.gpus} GPU(s), {spec.job_class.value}",
                     job_id=job_id,
                 )
+            state.jobs[job_id] = job
             return job
 
     def get(self, job_id: str) -> tuple[Job, list[Task]]:

@@ -32,6 +32,7 @@ def launch(
         job.first_start_time = now
     job.lease_expires_at = now + lease_s
     job.attempt_started_at = now
+    job.restored_step = 0
     job.master_port = _pick_master_port(state, job, placement[0].node_id)
     if job.resumes and job.resumes[-1].resumed_at is None:
         job.resumes[-1].resumed_at = now

@@ -27,7 +27,7 @@ def place_job(
     """
     slots = {n: len(ids) // gpus_per_process for n, ids in free.items()}
     tasks_needed = gpus // gpus_per_process
-    fitting = sorted((s, n) for n, s in slots.items() if s >= tasks_needed)
+    fitting = sorted((len(free[n]), n) for n, s in slots.items() if s >= tasks_needed)
     if fitting:
         chosen = [(fitting[0][1], tasks_needed)]
     else:

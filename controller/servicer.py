@@ -271,6 +271,7 @@ def task_report_from_proto(msg: agent_pb2.TaskStatus) -> TaskReport:
         message=msg.message,
         checkpoint_step=msg.checkpoint_step,
         restored_step=msg.restored_step,
+        restored=msg.restored,
     )
 
 

@@ -28,8 +28,9 @@ NODES = ("node-a", "node-b")
 DEMO_TIMEOUT_S = 170.0
 
 
-def _spec(name: str, script: str, gpus: int, stopping: Any, gpus_per_process: int = 1,
-          seed: int = 0) -> JobSpec:
+def _spec(
+    name: str, script: str, gpus: int, stopping: Any, gpus_per_process: int = 1, seed: int = 0
+) -> JobSpec:
     return JobSpec(
         name=name,
         command=(sys.executable, str(EXAMPLES / script), "--seed", str(seed)),
@@ -44,10 +45,14 @@ def demo_jobs() -> tuple[list[JobSpec], JobSpec]:
     """The jobs submitted at the start, and the late spanning job."""
     first = [
         _spec("ddp-blobs", "ddp_classifier.py", 2, IterationStop(1500), seed=1),
-        _spec("mlp-2gpu", "mlp_classifier.py", 2, IterationStop(2500), gpus_per_process=2,
-              seed=2),
-        _spec("mlp-target", "mlp_classifier.py", 1,
-              TargetMetricStop("accuracy", 0.9, MetricGoal.MAXIMIZE, 4000), seed=3),
+        _spec("mlp-2gpu", "mlp_classifier.py", 2, IterationStop(2500), gpus_per_process=2, seed=2),
+        _spec(
+            "mlp-target",
+            "mlp_classifier.py",
+            1,
+            TargetMetricStop("accuracy", 0.9, MetricGoal.MAXIMIZE, 4000),
+            seed=3,
+        ),
     ]
     late = _spec("ddp-span", "ddp_classifier.py", 3, IterationStop(900), seed=4)
     return first, late
@@ -58,14 +63,19 @@ def resumed_elsewhere(job: Job) -> bool:
 
 
 def exact_resume(job: Job) -> bool:
-    return any(r.restored_step is not None and r.restored_step == r.checkpoint_step > 0
-               for r in job.resumes)
+    return any(
+        r.restored_step is not None and r.restored_step == r.checkpoint_step > 0
+        for r in job.resumes
+    )
 
 
 def run_demo(json_output: bool = False, keep: bool = False, lease_s: float = 12.0) -> int:
     if not (EXAMPLES / "mlp_classifier.py").exists():
-        print(f"mlsched demo: the example scripts are missing under {EXAMPLES}; run the demo "
-              "from a clone installed with `pip install -e .`", file=sys.stderr)
+        print(
+            f"mlsched demo: the example scripts are missing under {EXAMPLES}; run the demo "
+            "from a clone installed with `pip install -e .`",
+            file=sys.stderr,
+        )
         return 2
     out = sys.stderr if json_output else sys.stdout
     root = Path(tempfile.mkdtemp(prefix="mlsched-demo-"))
@@ -76,8 +86,11 @@ def run_demo(json_output: bool = False, keep: bool = False, lease_s: float = 12.
         for node_id in NODES:
             cluster.start_agent(node_id, gpus=2)
         cluster.wait_for_nodes(set(NODES))
-        print(f"controller {cluster.address}, agents {', '.join(NODES)} (2 GPUs each), "
-              f"lease {lease_s:g} s, state in {root}", file=out)
+        print(
+            f"controller {cluster.address}, agents {', '.join(NODES)} (2 GPUs each), "
+            f"lease {lease_s:g} s, state in {root}",
+            file=out,
+        )
         with cluster.client("demo") as client:
             jobs = _drive(client, out, started)
     finally:
@@ -118,8 +131,9 @@ def _show(out: TextIO, view: str, elapsed: float) -> None:
     out.flush()
 
 
-def _report(jobs: list[tuple[Job, list[Task]]], elapsed: float, json_output: bool,
-            out: TextIO) -> int:
+def _report(
+    jobs: list[tuple[Job, list[Task]]], elapsed: float, json_output: bool, out: TextIO
+) -> int:
     all_completed = bool(jobs) and all(j.state.value == "COMPLETED" for j, _ in jobs)
     checks = {
         "all_completed": all_completed,
@@ -128,8 +142,11 @@ def _report(jobs: list[tuple[Job, list[Task]]], elapsed: float, json_output: boo
         "spanned_both_nodes": any(len({t.node_id for t in tasks}) > 1 for _, tasks in jobs),
     }
     if json_output:
-        summary = {"elapsed_s": round(elapsed, 1), "checks": checks,
-                   "jobs": [render.job_dict(j, t) for j, t in jobs]}
+        summary = {
+            "elapsed_s": round(elapsed, 1),
+            "checks": checks,
+            "jobs": [render.job_dict(j, t) for j, t in jobs],
+        }
         print(json.dumps(summary, indent=2, sort_keys=True))
     rows = []
     for job, _ in jobs:
@@ -139,12 +156,35 @@ def _report(jobs: list[tuple[Job, list[Task]]], elapsed: float, json_output: boo
             f"{','.join(r.to_nodes) or '?'} @ {r.restored_step}"
             for r in job.resumes
         )
-        rows.append([job.id, job.spec.name, job.state.value, render.jct_s(job), job.suspensions,
-                     " -> ".join(job.node_history), "" if acc is None else f"{acc:.3f}",
-                     resumes or "-"])
+        rows.append(
+            [
+                job.id,
+                job.spec.name,
+                job.state.value,
+                render.jct_s(job),
+                job.suspensions,
+                " -> ".join(job.node_history),
+                "" if acc is None else f"{acc:.3f}",
+                resumes or "-",
+            ]
+        )
     print("\nsummary", file=out)
-    print(render.table(["ID", "NAME", "STATE", "JCT_S", "SUSP", "NODES", "ACCURACY",
-                        "RESUMES (ckpt from -> to @ restored)"], rows), file=out)
+    print(
+        render.table(
+            [
+                "ID",
+                "NAME",
+                "STATE",
+                "JCT_S",
+                "SUSP",
+                "NODES",
+                "ACCURACY",
+                "RESUMES (ckpt from -> to @ restored)",
+            ],
+            rows,
+        ),
+        file=out,
+    )
     for name, ok in checks.items():
         print(f"  [{'x' if ok else ' '}] {name}", file=out)
     print(f"demo finished in {elapsed:.0f} s", file=out)

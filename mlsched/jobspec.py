@@ -169,7 +169,7 @@ def _name(value: Any, problems: list[str]) -> str:
     if value is None:
         problems.append("name: required")
         return ""
-    if not isinstance(value, str) or not _NAME_RE.match(value):
+    if not isinstance(value, str) or not _NAME_RE.fullmatch(value):
         problems.append(
             f"name: 1-63 letters, digits, '.', '_' or '-', starting alphanumeric; got {value!r}"
         )
@@ -327,7 +327,7 @@ def _env(value: Any, problems: list[str]) -> tuple[tuple[str, str], ...]:
         return ()
     pairs = []
     for key, val in value.items():
-        if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             problems.append(f"env: invalid variable name {key!r}")
         elif key.startswith("MLSCHED_"):
             problems.append(f"env: {key} is reserved for mlsched")

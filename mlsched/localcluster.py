@@ -30,8 +30,9 @@ class ClusterTiming:
 class LocalCluster:
     """Processes under ``root``: ``controller/``, ``<node-id>/``, shared ``checkpoints/``."""
 
-    def __init__(self, root: Path, timing: ClusterTiming = ClusterTiming(),
-                 policy: str = "fifo") -> None:
+    def __init__(
+        self, root: Path, timing: ClusterTiming = ClusterTiming(), policy: str = "fifo"
+    ) -> None:
         self.root = root
         self.timing = timing
         self.policy = policy
@@ -53,13 +54,28 @@ class LocalCluster:
         """Start (or restart on the same port) the controller; returns its address."""
         listen = self.address or "127.0.0.1:0"
         t = self.timing
-        cmd = [*self._mlsched(), "controller", "--listen", listen,
-               "--state-dir", str(self.root / "controller"),
-               "--join-token-file", str(self.token_file), "--policy", self.policy,
-               "--lease-seconds", str(t.lease_s), "--cycle-seconds", str(t.cycle_s),
-               "--heartbeat-timeout", str(t.heartbeat_timeout_s),
-               "--heartbeat-interval", str(t.heartbeat_interval_s),
-               "--suspend-grace", str(t.suspend_grace_s)]
+        cmd = [
+            *self._mlsched(),
+            "controller",
+            "--listen",
+            listen,
+            "--state-dir",
+            str(self.root / "controller"),
+            "--join-token-file",
+            str(self.token_file),
+            "--policy",
+            self.policy,
+            "--lease-seconds",
+            str(t.lease_s),
+            "--cycle-seconds",
+            str(t.cycle_s),
+            "--heartbeat-timeout",
+            str(t.heartbeat_timeout_s),
+            "--heartbeat-interval",
+            str(t.heartbeat_interval_s),
+            "--suspend-grace",
+            str(t.suspend_grace_s),
+        ]
         log = open(self.root / "controller.log", "ab")  # noqa: SIM115 - owned by the process
         self.controller = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log)
         log.close()
@@ -69,14 +85,31 @@ class LocalCluster:
         self.address = line.split()[-1]
         return self.address
 
-    def start_agent(self, node_id: str, gpus: int = 2, extra: list[str] | None = None
-                    ) -> subprocess.Popen[bytes]:
+    def start_agent(
+        self, node_id: str, gpus: int = 2, extra: list[str] | None = None
+    ) -> subprocess.Popen[bytes]:
         state_dir = self.root / node_id
-        cmd = [*self._mlsched(), "agent", "--controller", self.address,
-               "--join-token-file", str(self.token_file), "--node-id", node_id,
-               "--state-dir", str(state_dir), "--checkpoint-root", str(self.checkpoint_root),
-               "--gpus", str(gpus), "--metrics-interval", str(self.timing.heartbeat_interval_s),
-               "--suspend-grace", str(self.timing.suspend_grace_s), *(extra or [])]
+        cmd = [
+            *self._mlsched(),
+            "agent",
+            "--controller",
+            self.address,
+            "--join-token-file",
+            str(self.token_file),
+            "--node-id",
+            node_id,
+            "--state-dir",
+            str(state_dir),
+            "--checkpoint-root",
+            str(self.checkpoint_root),
+            "--gpus",
+            str(gpus),
+            "--metrics-interval",
+            str(self.timing.heartbeat_interval_s),
+            "--suspend-grace",
+            str(self.timing.suspend_grace_s),
+            *(extra or []),
+        ]
         state_dir.mkdir(parents=True, exist_ok=True)
         with open(self.root / f"{node_id}.log", "ab") as log:
             process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -86,8 +119,13 @@ class LocalCluster:
     def client(self, user: str = "demo") -> Client:
         return Client(self.address, user)
 
-    def wait_for_event(self, predicate: Callable[[Event], bool], timeout_s: float,
-                       after_seq: int = 0, user: str = "harness") -> Event:
+    def wait_for_event(
+        self,
+        predicate: Callable[[Event], bool],
+        timeout_s: float,
+        after_seq: int = 0,
+        user: str = "harness",
+    ) -> Event:
         """Block until an event matching ``predicate`` appears in the controller's feed."""
         deadline_error = TimeoutError(f"no matching event within {timeout_s} s")
         with self.client(user) as client:
@@ -135,7 +173,8 @@ def _read_line(process: subprocess.Popen[bytes], timeout_s: float) -> str:
     result: list[str] = []
     assert process.stdout is not None
     reader = threading.Thread(
-        target=lambda: result.append(process.stdout.readline().decode()), daemon=True)
+        target=lambda: result.append(process.stdout.readline().decode()), daemon=True
+    )
     reader.start()
     reader.join(timeout_s)
     if not result:

@@ -127,7 +127,7 @@ class Task:
     exit_code: int | None = None
     message: str = ""
     checkpoint_step: int = 0
-    restored_step: int = 0
+    restored_step: int | None = None  # None until the trainer reports what it restored
 
 
 @dataclass

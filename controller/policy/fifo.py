@@ -30,20 +30,26 @@ class FifoPolicy:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         lease = self.lease_s or snapshot.default_lease_s
         free = snapshot.free_gpus()
-        capacity = sum(len(n.gpu_indices) for n in snapshot.nodes)
-        expired = sorted(snapshot.expired(), key=lambda j: (j.running_since or 0.0, j.id))
+        whole_cluster = {n.id: n.gpu_indices for n in snapshot.nodes}
+        being_released = tuple(p for view in snapshot.busy for p in view.placement)
+        expired = sorted(
+            snapshot.expired(), key=lambda j: (j.running_since or 0.0, j.submit_time, j.id)
+        )
         launches: list[Launch] = []
         suspends: list[Suspend] = []
         for job in sorted(snapshot.queued, key=queue_order):
-            if job.gpus > capacity:
-                continue  # can never run here; must not block the queue
+            if place_job(whole_cluster, job.gpus, job.spec.gpus_per_process) is None:
+                continue  # can never run on this cluster; must not block the queue
             placement = place_job(free, job.gpus, job.spec.gpus_per_process)
             if placement is not None:
                 launches.append(Launch(job.id, placement, lease))
                 free = without(free, placement)
                 continue
+            soon_free = with_released(free, being_released)
+            if place_job(soon_free, job.gpus, job.spec.gpus_per_process) is not None:
+                break  # GPUs being released right now will do: suspend nobody else
             if self.time_slicing:
-                victims = _victims_to_fit(free, expired, job)
+                victims = _victims_to_fit(soon_free, expired, job)
                 suspends.extend(
                     Suspend(v.id, f"lease expired; yields to {job.id}") for v in victims
                 )

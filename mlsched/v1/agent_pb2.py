@@ -25,51 +25,51 @@ _sym_db = _symbol_database.Default()
 from mlsched.v1 import common_pb2 as mlsched_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16mlsched/v1/agent.proto\x12\nmlsched.v1\x1a\x17mlsched/v1/common.proto\"8\n\x07TaskRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\"\xb6\x01\n\nTaskStatus\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.mlsched.v1.TaskState\x12\x11\n\texit_code\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x17\n\x0f\x63heckpoint_step\x18\x05 \x01(\x03\x12\x15\n\rrestored_step\x18\x06 \x01(\x03\x12\x0b\n\x03pid\x18\x07 \x01(\x05\"\xd3\x01\n\rRegisterAgent\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12!\n\x04gpus\x18\x04 \x03(\x0b\x32\x13.mlsched.v1.GpuInfo\x12\x11\n\tcpu_count\x18\x05 \x01(\x05\x12\x1a\n\x12memory_total_bytes\x18\x06 \x01(\x04\x12%\n\x05tasks\x18\x07 \x03(\x0b\x32\x16.mlsched.v1.TaskStatus\x12\x15\n\ragent_version\x18\x08 \x01(\t\"^\n\rMetricsReport\x12%\n\x04node\x18\x01 \x01(\x0b\x32\x17.mlsched.v1.NodeMetrics\x12&\n\x05tasks\x18\x02 \x03(\x0b\x32\x17.mlsched.v1.TaskMetrics\"[\n\x0eProgressReport\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12&\n\x08progress\x18\x02 \x01(\x0b\x32\x14.mlsched.v1.Progress\"R\n\tLogsReply\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x83\x02\n\x13\x41gentSessionRequest\x12-\n\x08register\x18\x01 \x01(\x0b\x32\x19.mlsched.v1.RegisterAgentH\x00\x12,\n\x07metrics\x18\x02 \x01(\x0b\x32\x19.mlsched.v1.MetricsReportH\x00\x12-\n\x0btask_status\x18\x03 \x01(\x0b\x32\x16.mlsched.v1.TaskStatusH\x00\x12.\n\x08progress\x18\x04 \x01(\x0b\x32\x1a.mlsched.v1.ProgressReportH\x00\x12%\n\x04logs\x18\x05 \x01(\x0b\x32\x15.mlsched.v1.LogsReplyH\x00\x42\t\n\x07message\";\n\nRegistered\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\"\xf1\x01\n\nLaunchTask\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.mlsched.v1.JobSpec\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x12\n\nlocal_rank\x18\x05 \x01(\x05\x12\x18\n\x10local_world_size\x18\x06 \x01(\x05\x12\x13\n\x0bmaster_addr\x18\x07 \x01(\t\x12\x13\n\x0bmaster_port\x18\x08 \x01(\x05\x12\x0e\n\x06resume\x18\t \x01(\x08\x12\x0c\n\x04user\x18\n \x01(\t\"Q\n\x0bSuspendTask\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01\x12\x0e\n\x06reason\x18\x03 \x01(\t\"=\n\x08KillTask\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\"m\n\x0bLeaseUpdate\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.mlsched.v1.LeaseStatus\x12\x12\n\nexpires_at\x18\x03 \x01(\x01\"\x9c\x01\n\x0eTrainerCommand\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12(\n\x04stop\x18\x02 \x01(\x0b\x32\x18.mlsched.v1.StopTrainingH\x00\x12\x32\n\x0eset_batch_size\x18\x03 \x01(\x0b\x32\x18.mlsched.v1.SetBatchSizeH\x00\x42\t\n\x07\x63ommand\"\x1e\n\x0cStopTraining\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\"\n\x0cSetBatchSize\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\"U\n\tFetchLogs\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x04task\x18\x02 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"\x83\x03\n\x14\x41gentSessionResponse\x12,\n\nregistered\x18\x01 \x01(\x0b\x32\x16.mlsched.v1.RegisteredH\x00\x12(\n\x06launch\x18\x02 \x01(\x0b\x32\x16.mlsched.v1.LaunchTaskH\x00\x12*\n\x07suspend\x18\x03 \x01(\x0b\x32\x17.mlsched.v1.SuspendTaskH\x00\x12$\n\x04kill\x18\x04 \x01(\x0b\x32\x14.mlsched.v1.KillTaskH\x00\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x17.mlsched.v1.LeaseUpdateH\x00\x12\x35\n\x0ftrainer_command\x18\x06 \x01(\x0b\x32\x1a.mlsched.v1.TrainerCommandH\x00\x12+\n\nfetch_logs\x18\x07 \x01(\x0b\x32\x15.mlsched.v1.FetchLogsH\x00\x12(\n\x03\x61\x63k\x18\x08 \x01(\x0b\x32\x19.mlsched.v1.TaskStatusAckH\x00\x42\t\n\x07message\"2\n\rTaskStatusAck\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef*y\n\x0bLeaseStatus\x12\x1c\n\x18LEASE_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14LEASE_STATUS_GRANTED\x10\x01\x12\x18\n\x14LEASE_STATUS_RENEWED\x10\x02\x12\x18\n\x14LEASE_STATUS_EXPIRED\x10\x03\x32\x65\n\x0c\x41gentService\x12U\n\x0c\x41gentSession\x12\x1f.mlsched.v1.AgentSessionRequest\x1a .mlsched.v1.AgentSessionResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16mlsched/v1/agent.proto\x12\nmlsched.v1\x1a\x17mlsched/v1/common.proto\"8\n\x07TaskRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\"\xc8\x01\n\nTaskStatus\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.mlsched.v1.TaskState\x12\x11\n\texit_code\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x17\n\x0f\x63heckpoint_step\x18\x05 \x01(\x03\x12\x15\n\rrestored_step\x18\x06 \x01(\x03\x12\x0b\n\x03pid\x18\x07 \x01(\x05\x12\x10\n\x08restored\x18\x08 \x01(\x08\"\xd3\x01\n\rRegisterAgent\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x10\n\x08hostname\x18\x03 \x01(\t\x12!\n\x04gpus\x18\x04 \x03(\x0b\x32\x13.mlsched.v1.GpuInfo\x12\x11\n\tcpu_count\x18\x05 \x01(\x05\x12\x1a\n\x12memory_total_bytes\x18\x06 \x01(\x04\x12%\n\x05tasks\x18\x07 \x03(\x0b\x32\x16.mlsched.v1.TaskStatus\x12\x15\n\ragent_version\x18\x08 \x01(\t\"^\n\rMetricsReport\x12%\n\x04node\x18\x01 \x01(\x0b\x32\x17.mlsched.v1.NodeMetrics\x12&\n\x05tasks\x18\x02 \x03(\x0b\x32\x17.mlsched.v1.TaskMetrics\"[\n\x0eProgressReport\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12&\n\x08progress\x18\x02 \x01(\x0b\x32\x14.mlsched.v1.Progress\"R\n\tLogsReply\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"\x83\x02\n\x13\x41gentSessionRequest\x12-\n\x08register\x18\x01 \x01(\x0b\x32\x19.mlsched.v1.RegisterAgentH\x00\x12,\n\x07metrics\x18\x02 \x01(\x0b\x32\x19.mlsched.v1.MetricsReportH\x00\x12-\n\x0btask_status\x18\x03 \x01(\x0b\x32\x16.mlsched.v1.TaskStatusH\x00\x12.\n\x08progress\x18\x04 \x01(\x0b\x32\x1a.mlsched.v1.ProgressReportH\x00\x12%\n\x04logs\x18\x05 \x01(\x0b\x32\x15.mlsched.v1.LogsReplyH\x00\x42\t\n\x07message\";\n\nRegistered\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1c\n\x14heartbeat_interval_s\x18\x02 \x01(\x01\"\xf1\x01\n\nLaunchTask\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.mlsched.v1.JobSpec\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\x05\x12\x12\n\nworld_size\x18\x04 \x01(\x05\x12\x12\n\nlocal_rank\x18\x05 \x01(\x05\x12\x18\n\x10local_world_size\x18\x06 \x01(\x05\x12\x13\n\x0bmaster_addr\x18\x07 \x01(\t\x12\x13\n\x0bmaster_port\x18\x08 \x01(\x05\x12\x0e\n\x06resume\x18\t \x01(\x08\x12\x0c\n\x04user\x18\n \x01(\t\"Q\n\x0bSuspendTask\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12\x0f\n\x07grace_s\x18\x02 \x01(\x01\x12\x0e\n\x06reason\x18\x03 \x01(\t\"=\n\x08KillTask\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\"m\n\x0bLeaseUpdate\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.mlsched.v1.LeaseStatus\x12\x12\n\nexpires_at\x18\x03 \x01(\x01\"\x9c\x01\n\x0eTrainerCommand\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12(\n\x04stop\x18\x02 \x01(\x0b\x32\x18.mlsched.v1.StopTrainingH\x00\x12\x32\n\x0eset_batch_size\x18\x03 \x01(\x0b\x32\x18.mlsched.v1.SetBatchSizeH\x00\x42\t\n\x07\x63ommand\"\x1e\n\x0cStopTraining\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\"\n\x0cSetBatchSize\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\"U\n\tFetchLogs\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x04task\x18\x02 \x01(\x0b\x32\x13.mlsched.v1.TaskRef\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"\x83\x03\n\x14\x41gentSessionResponse\x12,\n\nregistered\x18\x01 \x01(\x0b\x32\x16.mlsched.v1.RegisteredH\x00\x12(\n\x06launch\x18\x02 \x01(\x0b\x32\x16.mlsched.v1.LaunchTaskH\x00\x12*\n\x07suspend\x18\x03 \x01(\x0b\x32\x17.mlsched.v1.SuspendTaskH\x00\x12$\n\x04kill\x18\x04 \x01(\x0b\x32\x14.mlsched.v1.KillTaskH\x00\x12(\n\x05lease\x18\x05 \x01(\x0b\x32\x17.mlsched.v1.LeaseUpdateH\x00\x12\x35\n\x0ftrainer_command\x18\x06 \x01(\x0b\x32\x1a.mlsched.v1.TrainerCommandH\x00\x12+\n\nfetch_logs\x18\x07 \x01(\x0b\x32\x15.mlsched.v1.FetchLogsH\x00\x12(\n\x03\x61\x63k\x18\x08 \x01(\x0b\x32\x19.mlsched.v1.TaskStatusAckH\x00\x42\t\n\x07message\"2\n\rTaskStatusAck\x12!\n\x04task\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.TaskRef*y\n\x0bLeaseStatus\x12\x1c\n\x18LEASE_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14LEASE_STATUS_GRANTED\x10\x01\x12\x18\n\x14LEASE_STATUS_RENEWED\x10\x02\x12\x18\n\x14LEASE_STATUS_EXPIRED\x10\x03\x32\x65\n\x0c\x41gentService\x12U\n\x0c\x41gentSession\x12\x1f.mlsched.v1.AgentSessionRequest\x1a .mlsched.v1.AgentSessionResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mlsched.v1.agent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LEASESTATUS']._serialized_start=2373
-  _globals['_LEASESTATUS']._serialized_end=2494
+  _globals['_LEASESTATUS']._serialized_start=2391
+  _globals['_LEASESTATUS']._serialized_end=2512
   _globals['_TASKREF']._serialized_start=63
   _globals['_TASKREF']._serialized_end=119
   _globals['_TASKSTATUS']._serialized_start=122
-  _globals['_TASKSTATUS']._serialized_end=304
-  _globals['_REGISTERAGENT']._serialized_start=307
-  _globals['_REGISTERAGENT']._serialized_end=518
-  _globals['_METRICSREPORT']._serialized_start=520
-  _globals['_METRICSREPORT']._serialized_end=614
-  _globals['_PROGRESSREPORT']._serialized_start=616
-  _globals['_PROGRESSREPORT']._serialized_end=707
-  _globals['_LOGSREPLY']._serialized_start=709
-  _globals['_LOGSREPLY']._serialized_end=791
-  _globals['_AGENTSESSIONREQUEST']._serialized_start=794
-  _globals['_AGENTSESSIONREQUEST']._serialized_end=1053
-  _globals['_REGISTERED']._serialized_start=1055
-  _globals['_REGISTERED']._serialized_end=1114
-  _globals['_LAUNCHTASK']._serialized_start=1117
-  _globals['_LAUNCHTASK']._serialized_end=1358
-  _globals['_SUSPENDTASK']._serialized_start=1360
-  _globals['_SUSPENDTASK']._serialized_end=1441
-  _globals['_KILLTASK']._serialized_start=1443
-  _globals['_KILLTASK']._serialized_end=1504
-  _globals['_LEASEUPDATE']._serialized_start=1506
-  _globals['_LEASEUPDATE']._serialized_end=1615
-  _globals['_TRAINERCOMMAND']._serialized_start=1618
-  _globals['_TRAINERCOMMAND']._serialized_end=1774
-  _globals['_STOPTRAINING']._serialized_start=1776
-  _globals['_STOPTRAINING']._serialized_end=1806
-  _globals['_SETBATCHSIZE']._serialized_start=1808
-  _globals['_SETBATCHSIZE']._serialized_end=1842
-  _globals['_FETCHLOGS']._serialized_start=1844
-  _globals['_FETCHLOGS']._serialized_end=1929
-  _globals['_AGENTSESSIONRESPONSE']._serialized_start=1932
-  _globals['_AGENTSESSIONRESPONSE']._serialized_end=2319
-  _globals['_TASKSTATUSACK']._serialized_start=2321
-  _globals['_TASKSTATUSACK']._serialized_end=2371
-  _globals['_AGENTSERVICE']._serialized_start=2496
-  _globals['_AGENTSERVICE']._serialized_end=2597
+  _globals['_TASKSTATUS']._serialized_end=322
+  _globals['_REGISTERAGENT']._serialized_start=325
+  _globals['_REGISTERAGENT']._serialized_end=536
+  _globals['_METRICSREPORT']._serialized_start=538
+  _globals['_METRICSREPORT']._serialized_end=632
+  _globals['_PROGRESSREPORT']._serialized_start=634
+  _globals['_PROGRESSREPORT']._serialized_end=725
+  _globals['_LOGSREPLY']._serialized_start=727
+  _globals['_LOGSREPLY']._serialized_end=809
+  _globals['_AGENTSESSIONREQUEST']._serialized_start=812
+  _globals['_AGENTSESSIONREQUEST']._serialized_end=1071
+  _globals['_REGISTERED']._serialized_start=1073
+  _globals['_REGISTERED']._serialized_end=1132
+  _globals['_LAUNCHTASK']._serialized_start=1135
+  _globals['_LAUNCHTASK']._serialized_end=1376
+  _globals['_SUSPENDTASK']._serialized_start=1378
+  _globals['_SUSPENDTASK']._serialized_end=1459
+  _globals['_KILLTASK']._serialized_start=1461
+  _globals['_KILLTASK']._serialized_end=1522
+  _globals['_LEASEUPDATE']._serialized_start=1524
+  _globals['_LEASEUPDATE']._serialized_end=1633
+  _globals['_TRAINERCOMMAND']._serialized_start=1636
+  _globals['_TRAINERCOMMAND']._serialized_end=1792
+  _globals['_STOPTRAINING']._serialized_start=1794
+  _globals['_STOPTRAINING']._serialized_end=1824
+  _globals['_SETBATCHSIZE']._serialized_start=1826
+  _globals['_SETBATCHSIZE']._serialized_end=1860
+  _globals['_FETCHLOGS']._serialized_start=1862
+  _globals['_FETCHLOGS']._serialized_end=1947
+  _globals['_AGENTSESSIONRESPONSE']._serialized_start=1950
+  _globals['_AGENTSESSIONRESPONSE']._serialized_end=2337
+  _globals['_TASKSTATUSACK']._serialized_start=2339
+  _globals['_TASKSTATUSACK']._serialized_end=2389
+  _globals['_AGENTSERVICE']._serialized_start=2514
+  _globals['_AGENTSERVICE']._serialized_end=2615
 # @@protoc_insertion_point(module_scope)

@@ -30,7 +30,7 @@ class TaskRef(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class TaskStatus(_message.Message):
-    __slots__ = ("task", "state", "exit_code", "message", "checkpoint_step", "restored_step", "pid")
+    __slots__ = ("task", "state", "exit_code", "message", "checkpoint_step", "restored_step", "pid", "restored")
     TASK_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class TaskStatus(_message.Message):
     CHECKPOINT_STEP_FIELD_NUMBER: _ClassVar[int]
     RESTORED_STEP_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_FIELD_NUMBER: _ClassVar[int]
     task: TaskRef
     state: _common_pb2.TaskState
     exit_code: int
@@ -45,7 +46,8 @@ class TaskStatus(_message.Message):
     checkpoint_step: int
     restored_step: int
     pid: int
-    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.TaskState, str]] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
+    restored: bool
+    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.TaskState, str]] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., pid: _Optional[int] = ..., restored: _Optional[bool] = ...) -> None: ...
 
 class RegisterAgent(_message.Message):
     __slots__ = ("node_id", "address", "hostname", "gpus", "cpu_count", "memory_total_bytes", "tasks", "agent_version")

@@ -1,0 +1,406 @@
+"""FifoPolicy on hand-built snapshots: strict FIFO, time slicing at lease expiry."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from controller.placement import TaskPlacement
+from controller.policy import available_policies, make_policy
+from controller.policy.base import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Launch,
+    NodeView,
+    Renew,
+    Suspend,
+)
+from controller.policy.fifo import FifoPolicy, queue_order
+from mlsched.model import IterationStop, JobSpec, JobState
+
+LEASE = 100.0
+
+
+def spec(gpus: int, gpus_per_process: int = 1) -> JobSpec:
+    return JobSpec(
+        "job", ("python", "t.py"), gpus, IterationStop(10), gpus_per_process=gpus_per_process
+    )
+
+
+def tp(rank: int, node: str, *gpus: int) -> TaskPlacement:
+    return TaskPlacement(rank, node, tuple(gpus))
+
+
+def on(node: str, *gpus: int) -> tuple[TaskPlacement, ...]:
+    """One task per GPU, all on ``node``."""
+    return tuple(tp(rank, node, g) for rank, g in enumerate(gpus))
+
+
+def waiting(
+    job_id: str,
+    gpus: int,
+    queued_since: float,
+    *,
+    submit_time: float | None = None,
+    gpus_per_process: int = 1,
+    state: JobState = JobState.PENDING,
+) -> JobView:
+    return JobView(
+        id=job_id,
+        user="alice",
+        spec=spec(gpus, gpus_per_process),
+        state=state,
+        submit_time=queued_since if submit_time is None else submit_time,
+        queued_since=queued_since,
+        attempt=0 if state is JobState.PENDING else 1,
+        suspensions=0 if state is JobState.PENDING else 1,
+    )
+
+
+def running(
+    job_id: str,
+    placement: tuple[TaskPlacement, ...],
+    *,
+    since: float,
+    expires: float,
+    state: JobState = JobState.RUNNING,
+) -> JobView:
+    gpus = sum(len(p.gpu_indices) for p in placement)
+    per_process = len(placement[0].gpu_indices)
+    return JobView(
+        id=job_id,
+        user="alice",
+        spec=spec(gpus, per_process),
+        state=state,
+        submit_time=0.0,
+        queued_since=0.0,
+        attempt=1,
+        suspensions=0,
+        lease_expires_at=expires,
+        placement=placement,
+        running_since=since,
+    )
+
+
+def snapshot(
+    now: float,
+    active: Iterable[JobView] = (),
+    queued: Iterable[JobView] = (),
+    busy: Iterable[JobView] = (),
+    nodes: dict[str, int] | None = None,
+) -> ClusterSnapshot:
+    """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
+    nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
+    active, queued, busy = tuple(active), tuple(queued), tuple(busy)
+    held: dict[str, set[int]] = {}
+    for job in active + busy:
+        for p in job.placement:
+            held.setdefault(p.node_id, set()).update(p.gpu_indices)
+    views = tuple(
+        NodeView(
+            n,
+            tuple(range(count)),
+            tuple(i for i in range(count) if i not in held.get(n, set())),
+        )
+        for n, count in nodes.items()
+    )
+    return ClusterSnapshot(
+        now=now, nodes=views, queued=queued, active=active, busy=busy, default_lease_s=LEASE
+    )
+
+
+def launched(decision: Decision) -> dict[str, tuple[TaskPlacement, ...]]:
+    return {item.job_id: item.placement for item in decision.launch}
+
+
+def suspended(decision: Decision) -> list[str]:
+    return [item.job_id for item in decision.suspend]
+
+
+def renewed(decision: Decision) -> list[str]:
+    return [item.job_id for item in decision.renew]
+
+
+# --- queue order -----------------------------------------------------------------------------
+
+
+def test_empty_cluster_decides_nothing():
+    assert FifoPolicy().decide(snapshot(0.0)) == Decision()
+
+
+def test_queue_order_key():
+    job = waiting("j-1", 1, 5.0, submit_time=2.0)
+    assert queue_order(job) == (5.0, 2.0, "j-1")
+
+
+def test_jobs_launch_in_queue_order_with_tie_breaks():
+    # One node with 4 GPUs: the order of launch shows in which GPU each 1-GPU job gets.
+    queue = [
+        waiting("e", 1, 7.0),
+        waiting("d", 1, 3.0, submit_time=3.0),
+        waiting("c", 1, 3.0, submit_time=1.0),
+        waiting("b", 1, 3.0, submit_time=1.0),
+        waiting("a", 1, 9.0),
+    ]
+    decision = FifoPolicy().decide(snapshot(10.0, queued=queue, nodes={"n1": 4}))
+    # (3, 1, b), (3, 1, c), (3, 3, d), (7, ...) e; a waits for a GPU
+    assert [item.job_id for item in decision.launch] == ["b", "c", "d", "e"]
+    assert launched(decision) == {
+        "b": on("n1", 0),
+        "c": on("n1", 1),
+        "d": on("n1", 2),
+        "e": on("n1", 3),
+    }
+    assert decision.suspend == () and decision.renew == ()
+
+
+def test_launch_uses_the_default_lease_or_the_policy_lease():
+    queue = [waiting("a", 1, 0.0)]
+    assert FifoPolicy().decide(snapshot(0.0, queued=queue)).launch == (
+        Launch("a", on("n1", 0), LEASE),
+    )
+    assert FifoPolicy(lease_s=42.0).decide(snapshot(0.0, queued=queue)).launch == (
+        Launch("a", on("n1", 0), 42.0),
+    )
+
+
+def test_policy_lease_is_used_for_renewals_too():
+    active = [running("a", on("n1", 0, 1), since=0.0, expires=100.0)]
+    decision = FifoPolicy(lease_s=42.0).decide(snapshot(100.0, active=active))
+    assert decision == Decision(renew=(Renew("a", 42.0),))
+
+
+# --- the 2 x 2 scenario over several cycles ---------------------------------------------------
+
+
+def test_time_slicing_scenario_on_two_nodes_of_two_gpus():
+    policy = FifoPolicy()
+    x, y, z = waiting("X", 2, 0.0), waiting("Y", 2, 1.0), waiting("Z", 1, 2.0)
+
+    # t=0: X and Y tie for best fit (2 free each) -> X to n1 (node id), Y to n2; Z waits.
+    d0 = policy.decide(snapshot(0.0, queued=[x, y, z]))
+    assert d0 == Decision(
+        launch=(Launch("X", on("n1", 0, 1), LEASE), Launch("Y", on("n2", 0, 1), LEASE))
+    )
+
+    # t=50: leases run until t=100; nothing expired, Z still does not fit: nothing changes.
+    x_run = running("X", on("n1", 0, 1), since=0.0, expires=100.0)
+    y_run = running("Y", on("n2", 0, 1), since=0.0, expires=100.0)
+    assert policy.decide(snapshot(50.0, active=[x_run, y_run], queued=[z])) == Decision()
+
+    # t=100: both leases expired. Z needs 1 GPU: releasing X (first by id at equal running
+    # time) is enough, so only X is suspended and Y is renewed.
+    d100 = policy.decide(snapshot(100.0, active=[x_run, y_run], queued=[z]))
+    assert d100 == Decision(
+        renew=(Renew("Y", LEASE),),
+        suspend=(Suspend("X", "lease expired; yields to Z"),),
+    )
+
+    # t=101: X is checkpointing (still holds n1); Y's lease now ends at 200: nothing to do.
+    x_busy = running("X", on("n1", 0, 1), since=0.0, expires=100.0, state=JobState.SUSPENDING)
+    y_run = running("Y", on("n2", 0, 1), since=0.0, expires=200.0)
+    assert policy.decide(snapshot(101.0, active=[y_run], queued=[z], busy=[x_busy])) == Decision()
+
+    # t=102: X suspended (rejoined the queue at 101, behind Z). Z takes n1 GPU 0; X needs 2
+    # and only n1 GPU 1 is free; nothing expired, so X waits.
+    x_back = waiting("X", 2, 101.0, submit_time=0.0, state=JobState.SUSPENDED)
+    d102 = policy.decide(snapshot(102.0, active=[y_run], queued=[x_back, z]))
+    assert d102 == Decision(launch=(Launch("Z", on("n1", 0), LEASE),))
+
+    # t=200: Y expired, Z (lease to 202) not. Releasing Y lets X fit: Y yields to X.
+    z_run = running("Z", on("n1", 0), since=102.0, expires=202.0)
+    d200 = policy.decide(snapshot(200.0, active=[y_run, z_run], queued=[x_back]))
+    assert d200 == Decision(suspend=(Suspend("Y", "lease expired; yields to X"),))
+
+    # t=203: Y suspended (queued at 201, behind X). X resumes on n2. Y needs 2 but only n1
+    # GPU 1 is free; Z's lease expired at 202 and releasing it frees n1 GPU 0: Z yields to Y.
+    y_back = waiting("Y", 2, 201.0, submit_time=1.0, state=JobState.SUSPENDED)
+    d203 = policy.decide(snapshot(203.0, active=[z_run], queued=[y_back, x_back]))
+    assert d203 == Decision(
+        launch=(Launch("X", on("n2", 0, 1), LEASE),),
+        suspend=(Suspend("Z", "lease expired; yields to Y"),),
+    )
+
+
+def test_longest_running_expired_job_is_suspended_first():
+    # Y started earlier than X: Y is the one that yields.
+    x_run = running("X", on("n1", 0, 1), since=20.0, expires=120.0)
+    y_run = running("Y", on("n2", 0, 1), since=5.0, expires=105.0)
+    decision = FifoPolicy().decide(
+        snapshot(120.0, active=[x_run, y_run], queued=[waiting("Z", 1, 50.0)])
+    )
+    assert suspended(decision) == ["Y"]
+    assert renewed(decision) == ["X"]
+
+
+def test_victims_accumulate_until_the_head_fits():
+    # n1: A (GPU 0, oldest) and B (GPU 1); n2: C (both GPUs, newest). All expired.
+    a = running("A", on("n1", 0), since=0.0, expires=100.0)
+    b = running("B", on("n1", 1), since=5.0, expires=105.0)
+    c = running("C", on("n2", 0, 1), since=10.0, expires=110.0)
+    head = waiting("H", 2, 1.0)
+    decision = FifoPolicy().decide(snapshot(110.0, active=[a, b, c], queued=[head]))
+    # Releasing A leaves n1 with 1 free: not enough; A and B free n1: enough. C keeps running.
+    assert suspended(decision) == ["A", "B"]
+    assert renewed(decision) == ["C"]
+    assert decision.launch == ()
+
+
+def test_a_head_needing_the_whole_cluster_suspends_every_expired_job():
+    a = running("A", on("n1", 0), since=0.0, expires=100.0)
+    b = running("B", on("n1", 1), since=5.0, expires=105.0)
+    c = running("C", on("n2", 0, 1), since=10.0, expires=110.0)
+    decision = FifoPolicy().decide(snapshot(110.0, active=[a, b, c], queued=[waiting("H", 4, 1.0)]))
+    assert suspended(decision) == ["A", "B", "C"]
+    assert decision.renew == ()
+
+
+def test_no_suspension_when_releasing_all_expired_jobs_is_not_enough():
+    # H needs all 4 GPUs but C's lease has not expired: suspending A and B is pointless.
+    a = running("A", on("n1", 0), since=0.0, expires=100.0)
+    b = running("B", on("n1", 1), since=5.0, expires=100.0)
+    c = running("C", on("n2", 0, 1), since=10.0, expires=150.0)
+    decision = FifoPolicy().decide(snapshot(100.0, active=[a, b, c], queued=[waiting("H", 4, 1.0)]))
+    assert decision == Decision(renew=(Renew("A", LEASE), Renew("B", LEASE)))
+
+
+def test_unexpired_jobs_are_never_suspended_or_renewed():
+    a = running("A", on("n1", 0, 1), since=0.0, expires=100.0)
+    b = running("B", on("n2", 0, 1), since=0.0, expires=100.0)
+    decision = FifoPolicy().decide(snapshot(99.9, active=[a, b], queued=[waiting("H", 1, 1.0)]))
+    assert decision == Decision()
+
+
+def test_lease_expiring_exactly_now_counts_as_expired():
+    a = running("A", on("n1", 0, 1), since=0.0, expires=100.0)
+    b = running("B", on("n2", 0, 1), since=1.0, expires=101.0)
+    decision = FifoPolicy().decide(snapshot(100.0, active=[a, b], queued=[waiting("H", 1, 1.0)]))
+    assert decision == Decision(suspend=(Suspend("A", "lease expired; yields to H"),))
+
+
+def test_expired_jobs_are_renewed_when_the_head_fits_without_them():
+    a = running("A", on("n1", 0), since=0.0, expires=100.0)
+    decision = FifoPolicy().decide(snapshot(100.0, active=[a], queued=[waiting("H", 2, 1.0)]))
+    assert decision == Decision(
+        launch=(Launch("H", on("n2", 0, 1), LEASE),), renew=(Renew("A", LEASE),)
+    )
+
+
+def test_expired_jobs_are_renewed_when_nobody_waits():
+    a = running("A", on("n1", 0), since=0.0, expires=100.0)
+    b = running("B", on("n2", 0, 1), since=0.0, expires=90.0)
+    decision = FifoPolicy().decide(snapshot(100.0, active=[a, b]))
+    assert sorted(renewed(decision)) == ["A", "B"]
+    assert decision.suspend == () and decision.launch == ()
+
+
+def test_without_time_slicing_leases_are_always_renewed():
+    x_run = running("X", on("n1", 0, 1), since=0.0, expires=100.0)
+    y_run = running("Y", on("n2", 0, 1), since=0.0, expires=100.0)
+    z = waiting("Z", 1, 2.0)
+    decision = FifoPolicy(time_slicing=False).decide(
+        snapshot(100.0, active=[x_run, y_run], queued=[z])
+    )
+    assert decision == Decision(renew=(Renew("X", LEASE), Renew("Y", LEASE)))
+
+
+def test_nopreempt_still_launches_in_fifo_order():
+    queue = [waiting("b", 2, 1.0), waiting("a", 2, 0.0), waiting("c", 1, 2.0)]
+    decision = FifoPolicy(time_slicing=False).decide(snapshot(0.0, queued=queue))
+    assert launched(decision) == {"a": on("n1", 0, 1), "b": on("n2", 0, 1)}
+
+
+# --- what never runs, and head-of-line blocking -----------------------------------------------
+
+
+def test_job_bigger_than_the_cluster_is_skipped_and_does_not_block():
+    big, small = waiting("big", 5, 0.0), waiting("small", 1, 1.0)
+    decision = FifoPolicy().decide(snapshot(0.0, queued=[big, small]))
+    assert decision == Decision(launch=(Launch("small", on("n1", 0), LEASE),))
+
+
+def test_job_bigger_than_the_cluster_causes_no_suspension():
+    a = running("A", on("n1", 0, 1), since=0.0, expires=100.0)
+    b = running("B", on("n2", 0, 1), since=0.0, expires=100.0)
+    decision = FifoPolicy().decide(snapshot(100.0, active=[a, b], queued=[waiting("big", 5, 0.0)]))
+    assert decision == Decision(renew=(Renew("A", LEASE), Renew("B", LEASE)))
+
+
+def test_capacity_counts_busy_gpus_so_a_full_cluster_job_is_not_skipped():
+    # H needs all 4 GPUs; they exist, but B holds 2 while not expired: H waits, and the small
+    # job behind it does not overtake it.
+    b = running("B", on("n2", 0, 1), since=0.0, expires=500.0)
+    queue = [waiting("H", 4, 0.0), waiting("s", 1, 1.0)]
+    assert FifoPolicy().decide(snapshot(10.0, active=[b], queued=queue)) == Decision()
+
+
+def test_small_job_behind_a_waiting_head_does_not_start():
+    a = running("A", on("n1", 0), since=0.0, expires=500.0)
+    queue = [waiting("head", 4, 1.0), waiting("small", 1, 2.0)]
+    assert FifoPolicy().decide(snapshot(10.0, active=[a], queued=queue)) == Decision()
+
+
+def test_jobs_before_the_blocked_head_still_launch():
+    queue = [waiting("first", 1, 0.0), waiting("head", 4, 1.0), waiting("small", 1, 2.0)]
+    decision = FifoPolicy().decide(snapshot(0.0, queued=queue))
+    # first takes n1 GPU 0 (best fit: n1 and n2 tie, n1 by id); head needs all 4 -> blocks.
+    assert decision == Decision(launch=(Launch("first", on("n1", 0), LEASE),))
+
+
+def test_nodes_without_free_gpus_in_the_snapshot_are_not_used():
+    nodes = {"n1": 2}
+    a = running("A", on("n1", 0, 1), since=0.0, expires=500.0)
+    assert FifoPolicy().decide(
+        snapshot(0.0, active=[a], queued=[waiting("s", 1, 0.0)], nodes=nodes)
+    ) == (Decision())
+
+
+def test_launch_respects_gpus_per_process():
+    queue = [waiting("wide", 4, 0.0, gpus_per_process=2)]
+    decision = FifoPolicy().decide(snapshot(0.0, queued=queue))
+    assert launched(decision) == {"wide": (tp(0, "n1", 0, 1), tp(1, "n2", 0, 1))}
+
+
+def test_job_that_can_never_be_placed_does_not_block_the_queue():
+    # 4 GPUs in one process, but no node has 4 GPUs: it can never run on this cluster.
+    queue = [waiting("never", 4, 0.0, gpus_per_process=4), waiting("small", 1, 1.0)]
+    decision = FifoPolicy().decide(snapshot(0.0, queued=queue))
+    assert launched(decision) == {"small": on("n1", 0)}
+
+
+def test_no_second_victim_while_the_first_one_is_still_suspending():
+    # t=100: X was chosen to yield to W (2 GPUs) and is still checkpointing on n1.
+    # t=105: Y's lease expires. When X is done, W fits on n1: Y need not be suspended.
+    x_busy = running("X", on("n1", 0, 1), since=0.0, expires=100.0, state=JobState.SUSPENDING)
+    y_run = running("Y", on("n2", 0, 1), since=5.0, expires=105.0)
+    decision = FifoPolicy().decide(
+        snapshot(105.0, active=[y_run], queued=[waiting("W", 2, 50.0)], busy=[x_busy])
+    )
+    assert decision == Decision(renew=(Renew("Y", LEASE),))
+
+
+def test_policy_has_no_hidden_state():
+    policy = FifoPolicy()
+    a = running("A", on("n1", 0), since=0.0, expires=100.0)
+    snap = snapshot(100.0, active=[a], queued=[waiting("H", 4, 1.0), waiting("s", 1, 2.0)])
+    assert policy.decide(snap) == policy.decide(snap)
+
+
+# --- registry --------------------------------------------------------------------------------
+
+
+def test_registry_lists_and_builds_policies():
+    assert available_policies() == ["fifo", "fifo-nopreempt"]
+    fifo = make_policy("fifo")
+    assert isinstance(fifo, FifoPolicy) and fifo.time_slicing and fifo.name == "fifo"
+    plain = make_policy("fifo-nopreempt")
+    assert isinstance(plain, FifoPolicy)
+    assert not plain.time_slicing and plain.name == "fifo-nopreempt"
+    assert make_policy("fifo") is not fifo
+
+
+def test_registry_rejects_unknown_names_listing_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown policy 'lottery'; valid: fifo, fifo-nopreempt"):
+        make_policy("lottery")

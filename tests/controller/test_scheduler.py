@@ -1,0 +1,551 @@
+"""The scheduling cycle end to end: FIFO policy, lifecycle and simulated agents."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from controller.commands import (
+    AckCommand,
+    KillCommand,
+    LaunchCommand,
+    LeaseCommand,
+    SuspendCommand,
+    TaskRef,
+)
+from controller.placement import TaskPlacement
+from controller.policy.base import ClusterSnapshot, Decision, Launch, Renew, Suspend
+from controller.policy.fifo import FifoPolicy
+from controller.scheduler import Scheduler, SchedulerLoop
+from mlsched.model import JobState, ResumeRecord, TaskState
+
+T0 = 1_000.0
+
+
+def tp(rank: int, node: str, *gpus: int) -> TaskPlacement:
+    return TaskPlacement(rank, node, tuple(gpus))
+
+
+class StubPolicy:
+    """Returns a fixed decision and remembers the snapshots it was shown."""
+
+    name = "stub"
+
+    def __init__(self, decision: Decision | None = None) -> None:
+        self.decision = decision if decision is not None else Decision()
+        self.snapshots: list[ClusterSnapshot] = []
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        self.snapshots.append(snapshot)
+        return self.decision
+
+
+def launches(sink) -> list[tuple[str, LaunchCommand]]:
+    return sink.of(LaunchCommand)
+
+
+# --- the full flow ---------------------------------------------------------------------------
+
+
+def test_submit_run_suspend_resume_complete(cluster):
+    c = cluster
+    c.add_node("n1", 2)
+    c.add_node("n2", 2)
+    c.sink.clear()
+
+    # t=0: A (2 GPUs) goes to n1: both nodes have 2 free, the tie goes to n1.
+    a = c.submit(gpus=2, name="a")
+    assert a.state is JobState.PENDING
+    decision = c.cycle()
+    assert decision.launch == (Launch(a.id, (tp(0, "n1", 0), tp(1, "n1", 1)), 100.0),)
+    assert a.state is JobState.STARTING
+    assert [
+        (
+            n,
+            cmd.task,
+            cmd.gpu_indices,
+            cmd.world_size,
+            cmd.local_rank,
+            cmd.local_world_size,
+            cmd.master_addr,
+            cmd.resume,
+        )
+        for n, cmd in launches(c.sink)
+    ] == [
+        ("n1", TaskRef(a.id, 0, 1), (0,), 2, 0, 2, "n1.cluster.local", False),
+        ("n1", TaskRef(a.id, 1, 1), (1,), 2, 1, 2, "n1.cluster.local", False),
+    ]
+    port = a.master_port
+    assert {cmd.master_port for _, cmd in launches(c.sink)} == {port}
+
+    c.report(a.id, 0, TaskState.RUNNING)
+    assert a.state is JobState.STARTING  # rank 1 has not reported yet
+    c.report(a.id, 1, TaskState.RUNNING)
+    assert a.state is JobState.RUNNING
+
+    # t=10: B goes to n2. t=50: C waits; nobody's lease has expired yet.
+    c.advance(10.0, heartbeat=True)
+    b = c.submit(gpus=2, name="b")
+    c.cycle()
+    assert [t.node_id for t in c.tasks(b.id)] == ["n2", "n2"]
+    c.report_all(b.id, TaskState.RUNNING)
+    c.advance(40.0, heartbeat=True)
+    job_c = c.submit(gpus=2, name="c")
+    c.sink.clear()
+    assert c.cycle() == Decision()
+    assert c.sink.sent == []
+
+    # t=100: A's lease expires (B's at 110). C is the head and fits if A yields: A suspends.
+    c.advance(50.0, heartbeat=True)
+    c.cycle()
+    assert a.state is JobState.SUSPENDING
+    assert b.state is JobState.RUNNING
+    reason = f"lease expired; yields to {job_c.id}"
+    assert c.sink.sent == [
+        ("n1", SuspendCommand(TaskRef(a.id, 0, 1), 10.0, reason)),
+        ("n1", SuspendCommand(TaskRef(a.id, 1, 1), 10.0, reason)),
+    ]
+    c.report(a.id, 1, TaskState.SUSPENDED, checkpoint_step=500)
+    c.report(a.id, 0, TaskState.SUSPENDED, checkpoint_step=500)
+    assert a.state is JobState.SUSPENDED
+    assert a.suspensions == 1
+    assert a.checkpoint_step == 500
+    assert a.resumes == [ResumeRecord(T0 + 100.0, 500, ("n1",))]
+    assert c.sink.of(AckCommand) == [
+        ("n1", AckCommand(TaskRef(a.id, 1, 1))),
+        ("n1", AckCommand(TaskRef(a.id, 0, 1))),
+    ]
+
+    # t=101: C (queued at 50) goes before A (queued again at 100) onto n1.
+    c.advance(1.0, heartbeat=True)
+    c.sink.clear()
+    c.cycle()
+    assert job_c.state is JobState.STARTING
+    assert [t.node_id for t in c.tasks(job_c.id)] == ["n1", "n1"]
+    assert a.state is JobState.SUSPENDED
+    c.report_all(job_c.id, TaskState.RUNNING)
+
+    # t=110: B's lease expires and A is the head: B yields to A.
+    c.advance(9.0, heartbeat=True)
+    c.sink.clear()
+    c.cycle()
+    assert b.state is JobState.SUSPENDING
+    assert [type(cmd).__name__ for _, cmd in c.sink.sent] == ["SuspendCommand"] * 2
+    c.report_all(b.id, TaskState.SUSPENDED, checkpoint_step=200)
+    assert b.state is JobState.SUSPENDED
+
+    # t=111: A resumes on n2 from its checkpoint: attempt 2, resume=True.
+    c.advance(1.0, heartbeat=True)
+    c.sink.clear()
+    c.cycle()
+    assert a.state is JobState.STARTING
+    assert a.attempt == 2
+    assert a.node_history == ["n1", "n2"]
+    assert [(n, cmd.task, cmd.resume, cmd.master_addr) for n, cmd in launches(c.sink)] == [
+        ("n2", TaskRef(a.id, 0, 2), True, "n2.cluster.local"),
+        ("n2", TaskRef(a.id, 1, 2), True, "n2.cluster.local"),
+    ]
+    assert a.resumes == [ResumeRecord(T0 + 100.0, 500, ("n1",), T0 + 111.0, None, ("n2",))]
+
+    c.report(a.id, 0, TaskState.RUNNING, restored_step=500)
+    c.report(a.id, 1, TaskState.RUNNING, restored_step=500)
+    assert a.state is JobState.RUNNING
+    assert a.restored_step == 500
+    assert a.resumes[0].restored_step == 500
+    assert "job_restored" in c.event_kinds(a.id)
+
+    # A finishes: rank 1 then rank 0 exit after reaching the stopping criterion.
+    c.advance(30.0, heartbeat=True)
+    c.report(a.id, 1, TaskState.COMPLETED)
+    assert a.state is JobState.RUNNING
+    c.report(a.id, 0, TaskState.COMPLETED)
+    assert a.state is JobState.COMPLETED
+    assert a.end_time == T0 + 141.0
+    assert a.first_start_time == T0
+
+    # The history of A, as the events tell it.
+    assert [e.message for e in c.store.events_after(0, a.id) if e.kind == "job_state"] == [
+        "PENDING -> STARTING: launching attempt 1 on n1:[0], n1:[1]",
+        "STARTING -> RUNNING: all tasks running",
+        f"RUNNING -> SUSPENDING: {reason}",
+        "SUSPENDING -> SUSPENDED: suspended with checkpoint at step 500",
+        "SUSPENDED -> STARTING: resuming attempt 2 on n2:[0], n2:[1]",
+        "STARTING -> RUNNING: all tasks running",
+        "RUNNING -> COMPLETED: reached its stopping criterion",
+    ]
+
+    assert a.resumes == [ResumeRecord(T0 + 100.0, 500, ("n1",), T0 + 111.0, 500, ("n2",))]
+    assert a.restored_step == 500
+    # The store agrees with memory.
+    assert c.store.load().jobs[a.id] == a
+
+
+def test_single_task_job_completes(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING)
+    c.advance(20.0, heartbeat=True)
+    c.sink.clear()
+    c.report(job.id, 0, TaskState.COMPLETED, checkpoint_step=1000)
+    assert job.state is JobState.COMPLETED
+    assert job.checkpoint_step == 1000
+    assert c.sink.sent == [("n1", AckCommand(TaskRef(job.id, 0, 1)))]
+    # Its GPU is free again for the next job.
+    nxt = c.submit()
+    c.cycle()
+    assert nxt.state is JobState.STARTING
+
+
+def test_failure_without_retries(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING)
+    c.report(job.id, 0, TaskState.FAILED, exit_code=2, message="ImportError")
+    assert job.state is JobState.FAILED
+    assert job.failures == 1
+    assert job.message == "rank 0 on n1 failed (exit 2): ImportError"
+    c.sink.clear()
+    c.cycle()
+    assert c.sink.sent == []  # a failed job is never relaunched
+
+
+def test_failure_with_retries_relaunches_then_fails(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = c.submit(max_retries=1)
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING, checkpoint_step=40)
+    c.report(job.id, 0, TaskState.FAILED, exit_code=1, message="NaN loss")
+    assert job.state is JobState.SUSPENDED
+    assert (job.failures, job.suspensions) == (1, 1)
+    assert job.resumes == [ResumeRecord(T0, 40, ("n1",))]
+
+    c.sink.clear()
+    c.cycle()
+    [(node, launch)] = launches(c.sink)
+    assert (node, launch.task, launch.resume) == ("n1", TaskRef(job.id, 0, 2), True)
+    c.report(job.id, 0, TaskState.RUNNING)
+    c.report(job.id, 0, TaskState.FAILED, exit_code=1, message="NaN loss")
+    assert job.state is JobState.FAILED
+    assert job.failures == 2
+
+
+def test_cancel_pending_job(cluster):
+    c = cluster
+    job = c.submit(user="alice")
+    cancelled = c.jobs.cancel("alice", job.id)
+    assert cancelled is job
+    assert job.state is JobState.CANCELLED
+    assert job.message == "cancelled by alice"
+    c.add_node("n1", 1)
+    c.sink.clear()
+    c.cycle()
+    assert c.sink.sent == []
+
+
+def test_cancel_running_job(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    c.add_node("n2", 1)
+    job = c.submit(gpus=2, user="bob")
+    c.cycle()
+    c.report_all(job.id, TaskState.RUNNING)
+    c.sink.clear()
+    c.jobs.cancel("bob", job.id)
+    assert job.state is JobState.CANCELLING
+    assert c.sink.sent == [
+        ("n1", KillCommand(TaskRef(job.id, 0, 1), "cancelled by bob")),
+        ("n2", KillCommand(TaskRef(job.id, 1, 1), "cancelled by bob")),
+    ]
+    # While cancelling, its GPUs stay busy and the policy does not use them.
+    other = c.submit()
+    c.cycle()
+    assert other.state is JobState.PENDING
+    c.report(job.id, 0, TaskState.KILLED)
+    assert job.state is JobState.CANCELLING
+    c.report(job.id, 1, TaskState.KILLED)
+    assert job.state is JobState.CANCELLED
+    c.cycle()
+    assert other.state is JobState.STARTING
+
+
+# --- applying decisions ----------------------------------------------------------------------
+
+
+def running_job(c, gpus: int = 1):
+    job = c.submit(gpus=gpus)
+    c.cycle()
+    c.report_all(job.id, TaskState.RUNNING)
+    assert job.state is JobState.RUNNING
+    return job
+
+
+def test_expired_lease_that_the_policy_ignores_is_suspended(make_cluster):
+    c = make_cluster(policy=FifoPolicy())
+    c.add_node("n1", 2)
+    expired = running_job(c)
+    c.advance(50.0, heartbeat=True)
+    fresh = running_job(c)
+    c.scheduler.policy = StubPolicy(Decision())
+    c.advance(50.0, heartbeat=True)  # t=100: only the first lease has expired
+    c.sink.clear()
+    c.cycle()
+    assert expired.state is JobState.SUSPENDING
+    assert expired.message == "lease expired and was not renewed"
+    assert fresh.state is JobState.RUNNING
+    assert c.sink.sent == [
+        ("n1", SuspendCommand(TaskRef(expired.id, 0, 1), 10.0, "lease expired and was not renewed"))
+    ]
+
+
+def test_renewal_extends_the_lease_from_now(make_cluster):
+    c = make_cluster()
+    c.add_node("n1", 1)
+    job = running_job(c)
+    c.advance(100.0, heartbeat=True)
+    c.scheduler.policy = StubPolicy(Decision(renew=(Renew(job.id, 30.0),)))
+    c.sink.clear()
+    c.cycle()
+    assert job.state is JobState.RUNNING
+    assert job.lease_expires_at == T0 + 130.0
+    assert c.sink.sent == [("n1", LeaseCommand(TaskRef(job.id, 0, 1), True, T0 + 130.0))]
+
+
+def test_suspend_wins_over_renew_of_the_same_job(make_cluster):
+    c = make_cluster()
+    c.add_node("n1", 1)
+    job = running_job(c)
+    c.advance(100.0, heartbeat=True)
+    c.scheduler.policy = StubPolicy(
+        Decision(renew=(Renew(job.id, 30.0),), suspend=(Suspend(job.id, "mine"),))
+    )
+    c.sink.clear()
+    c.cycle()
+    assert job.state is JobState.SUSPENDING
+    assert c.sink.kinds() == ["SuspendCommand"]
+
+
+def test_decisions_about_jobs_that_are_not_active_are_ignored(make_cluster):
+    c = make_cluster()
+    c.add_node("n1", 1)
+    queued = c.submit(gpus=2)  # never fits
+    c.scheduler.policy = StubPolicy(
+        Decision(
+            renew=(Renew(queued.id, 30.0), Renew("j-missing", 30.0)),
+            suspend=(Suspend(queued.id, "x"), Suspend("j-missing", "x")),
+        )
+    )
+    c.sink.clear()
+    c.cycle()
+    assert queued.state is JobState.PENDING
+    assert c.sink.sent == []
+
+
+@pytest.mark.parametrize(
+    ("placement", "why"),
+    [
+        ((tp(0, "n1", 0),), "GPU 0 of n1 is busy"),
+        ((tp(0, "n1", 7),), "n1 has no GPU 7"),
+        ((tp(0, "n9", 0),), "n9 is unknown"),
+        ((tp(0, "off", 0),), "off is disconnected"),
+        ((tp(0, "n1", 1), tp(1, "n1", 1)), "the wrong number of tasks"),
+        ((), "an empty placement"),
+    ],
+)
+def test_invalid_launches_are_skipped(make_cluster, placement, why):
+    c = make_cluster()
+    c.add_node("n1", 2)
+    c.add_node("off", 2)
+    c.events.disconnected("off")
+    busy = running_job(c)
+    assert [t.gpu_indices for t in c.tasks(busy.id)] == [(0,)]
+    job = c.submit(gpus=1)
+    c.scheduler.policy = StubPolicy(Decision(launch=(Launch(job.id, placement, 100.0),)))
+    c.sink.clear()
+    c.cycle()
+    assert job.state is JobState.PENDING, why
+    assert c.sink.sent == []
+
+
+def test_launch_of_a_job_that_is_not_queued_is_skipped(make_cluster):
+    c = make_cluster()
+    c.add_node("n1", 2)
+    job = running_job(c)
+    c.scheduler.policy = StubPolicy(Decision(launch=(Launch(job.id, (tp(0, "n1", 1),), 100.0),)))
+    c.sink.clear()
+    c.cycle()
+    assert job.attempt == 1
+    assert c.sink.sent == []
+
+
+def test_second_of_two_conflicting_launches_is_skipped(make_cluster):
+    c = make_cluster()
+    c.add_node("n1", 2)
+    first, second = c.submit(), c.submit()
+    c.scheduler.policy = StubPolicy(
+        Decision(
+            launch=(
+                Launch(first.id, (tp(0, "n1", 1),), 100.0),
+                Launch(second.id, (tp(0, "n1", 1),), 100.0),
+            )
+        )
+    )
+    c.cycle()
+    assert first.state is JobState.STARTING
+    assert second.state is JobState.PENDING
+
+
+def test_a_multi_node_launch_is_skipped_as_a_whole(make_cluster):
+    c = make_cluster()
+    c.add_node("n1", 1)
+    c.add_node("n2", 1)
+    blocker = running_job(c)
+    assert c.task(blocker.id).node_id == "n1"
+    job = c.submit(gpus=2)
+    c.scheduler.policy = StubPolicy(
+        Decision(launch=(Launch(job.id, (tp(0, "n2", 0), tp(1, "n1", 0)), 100.0),))
+    )
+    c.sink.clear()
+    c.cycle()
+    assert job.state is JobState.PENDING
+    assert c.tasks(job.id) == []
+    assert c.sink.sent == []
+
+
+def test_run_cycle_returns_the_decision_and_times_it(make_cluster):
+    decision = Decision()
+    c = make_cluster(policy=StubPolicy(decision))
+    assert c.cycle() is decision
+    assert c.scheduler.last_decision_s >= 0.0
+
+
+# --- liveness --------------------------------------------------------------------------------
+
+
+def test_silent_node_is_declared_dead_and_its_job_suspended(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING, checkpoint_step=80)
+
+    c.advance(30.0)  # exactly the timeout: still alive
+    c.cycle()
+    assert c.state.nodes["n1"].alive
+    assert c.disconnected == []
+
+    c.advance(0.5)
+    c.cycle()
+    node = c.state.nodes["n1"]
+    assert not node.alive
+    assert "n1" not in c.state.connected
+    assert c.store.load().nodes["n1"].alive is False
+    assert c.disconnected == ["n1"]
+    assert c.task(job.id).state is TaskState.LOST
+    assert c.task(job.id).message == "node died"
+    assert job.state is JobState.SUSPENDED
+    assert job.resumes == [ResumeRecord(T0 + 30.5, 80, ("n1",))]
+    dead_events = [e for e in c.store.events_after(0) if e.kind == "node_dead"]
+    assert [(e.node_id, e.message) for e in dead_events] == [("n1", "no heartbeat for 30 s")]
+
+    # A dead node is declared dead once, and is not used.
+    c.advance(100.0)
+    c.cycle()
+    assert len([e for e in c.store.events_after(0) if e.kind == "node_dead"]) == 1
+    assert job.state is JobState.SUSPENDED
+
+
+def test_job_on_a_dead_node_resumes_elsewhere_in_the_same_cycle(cluster):
+    c = cluster
+    c.add_node("n1", 2)
+    c.add_node("n2", 2)
+    job = c.submit(gpus=2)
+    c.cycle()
+    assert {t.node_id for t in c.tasks(job.id)} == {"n1"}
+    c.report_all(job.id, TaskState.RUNNING)
+    c.advance(31.0)
+    c.events.heartbeat("n2")
+    c.sink.clear()
+    c.cycle()
+    assert not c.state.nodes["n1"].alive and c.state.nodes["n2"].alive
+    assert job.state is JobState.STARTING
+    assert job.attempt == 2
+    assert job.node_history == ["n1", "n2"]
+    # The suspend for the second lost task went to the dead node; the relaunch to n2.
+    assert [(n, type(cmd).__name__) for n, cmd in c.sink.sent] == [
+        ("n1", "SuspendCommand"),
+        ("n2", "LaunchCommand"),
+        ("n2", "LaunchCommand"),
+    ]
+    assert all(cmd.resume for _, cmd in launches(c.sink))
+
+
+def test_heartbeats_keep_a_node_alive(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    for _ in range(5):
+        c.advance(25.0, heartbeat=True)
+        c.cycle()
+    assert c.state.nodes["n1"].alive
+
+
+# --- the loop --------------------------------------------------------------------------------
+
+
+class CountingScheduler:
+    def __init__(self, fail_first: bool = False) -> None:
+        self.cycles = 0
+        self.fail_first = fail_first
+        self.ran = threading.Event()
+
+    def run_cycle(self):
+        self.cycles += 1
+        self.ran.set()
+        if self.fail_first and self.cycles == 1:
+            raise RuntimeError("bad cycle")
+        return Decision()
+
+
+def test_loop_runs_a_cycle_when_triggered_and_stops():
+    fake = CountingScheduler()
+    loop = SchedulerLoop(fake, interval_s=3600.0)  # type: ignore[arg-type]
+    loop.start()
+    loop.trigger()
+    assert fake.ran.wait(5.0)
+    loop.stop()
+    assert fake.cycles == 1
+
+
+def test_loop_survives_a_failing_cycle():
+    fake = CountingScheduler(fail_first=True)
+    loop = SchedulerLoop(fake, interval_s=3600.0)  # type: ignore[arg-type]
+    loop.start()
+    loop.trigger()
+    assert fake.ran.wait(5.0)
+    fake.ran.clear()
+    loop.trigger()
+    assert fake.ran.wait(5.0)
+    loop.stop()
+    assert fake.cycles == 2
+
+
+def test_loop_runs_on_its_interval():
+    fake = CountingScheduler()
+    loop = SchedulerLoop(fake, interval_s=0.01)  # type: ignore[arg-type]
+    loop.start()
+    assert fake.ran.wait(5.0)
+    loop.stop()
+    assert fake.cycles >= 1
+
+
+def test_scheduler_disconnect_callback_defaults_to_nothing(cluster):
+    scheduler = Scheduler(cluster.state, FifoPolicy())
+    cluster.add_node("n1", 1)
+    cluster.advance(31.0)
+    scheduler.run_cycle()
+    assert not cluster.state.nodes["n1"].alive

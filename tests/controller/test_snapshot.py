@@ -1,0 +1,99 @@
+"""build_snapshot: what the policy is shown of the controller state."""
+
+from __future__ import annotations
+
+from controller import lifecycle
+from controller.placement import TaskPlacement
+from controller.snapshot import build_snapshot
+from mlsched.model import JobState, Progress, TaskState
+
+T0 = 1_000.0
+
+
+def snap(c):
+    with c.state.lock:
+        return build_snapshot(c.state)
+
+
+def test_snapshot_of_an_empty_controller(cluster):
+    s = snap(cluster)
+    assert (s.now, s.nodes, s.queued, s.active, s.busy) == (T0, (), (), (), ())
+    assert s.default_lease_s == 100.0
+
+
+def test_snapshot_classifies_jobs_and_computes_free_gpus(cluster):
+    c = cluster
+    c.add_node("n2", 2)
+    c.add_node("n1", 4)
+    c.add_node("gone", 2)
+    c.events.disconnected("gone")
+
+    running = c.submit(gpus=2)  # best fit: n2 (2 free) beats n1 (4 free)
+    c.cycle()
+    c.report_all(running.id, TaskState.RUNNING)
+    c.events.progress("n2", running.id, 0, 1, Progress(9, 1.5, {"accuracy": 0.25}, 0.1, 8, T0))
+    c.advance(5.0, heartbeat=True)
+    suspending = c.submit(gpus=1)  # n1 GPU 0
+    c.cycle()
+    with c.state.lock:
+        lifecycle.suspend(c.state, suspending, "test")
+    c.advance(5.0, heartbeat=True)
+    starting = c.submit(gpus=2)  # n1 GPUs 1, 2
+    c.cycle()
+    pending = c.submit(gpus=8)
+    done = c.submit(gpus=1)
+    c.jobs.cancel("alice", done.id)
+
+    s = snap(c)
+    assert s.now == T0 + 10.0
+    assert [(n.id, n.gpu_indices, n.free_gpu_indices) for n in s.nodes] == [
+        ("n1", (0, 1, 2, 3), (3,)),
+        ("n2", (0, 1), ()),
+    ]
+    assert s.free_gpus() == {"n1": (3,), "n2": ()}
+    assert [v.id for v in s.queued] == [pending.id]
+    assert sorted(v.id for v in s.active) == sorted([running.id, starting.id])
+    assert [v.id for v in s.busy] == [suspending.id]
+    assert done.id not in {v.id for v in s.queued + s.active + s.busy}
+
+    views = {v.id: v for v in s.queued + s.active + s.busy}
+    r = views[running.id]
+    assert r.state is JobState.RUNNING
+    assert r.placement == (TaskPlacement(0, "n2", (0,)), TaskPlacement(1, "n2", (1,)))
+    assert r.running_since == T0
+    assert r.lease_expires_at == T0 + 100.0
+    assert (r.iteration, dict(r.metrics)) == (9, {"accuracy": 0.25, "loss": 1.5})
+    assert (r.gpus, r.job_class.value, r.user, r.attempt) == (2, "best-effort", "alice", 1)
+    assert views[starting.id].running_since == T0 + 10.0
+    assert views[suspending.id].placement == (TaskPlacement(0, "n1", (0,)),)
+    p = views[pending.id]
+    assert (p.placement, p.running_since, p.lease_expires_at) == ((), None, None)
+    assert p.queued_since == p.submit_time == T0 + 10.0
+
+    # Nothing in the state has expired yet; at T0 + 100 the first lease has.
+    assert s.expired() == ()
+    c.advance(90.0, heartbeat=True)
+    assert [v.id for v in snap(c).expired()] == [running.id]
+
+
+def test_snapshot_metrics_are_a_copy(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    view = snap(c).active[0]
+    job.metrics["accuracy"] = 1.0
+    assert dict(view.metrics) == {}
+
+
+def test_suspended_job_is_queued_with_its_new_queue_time(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.advance(20.0, heartbeat=True)
+    c.report(job.id, 0, TaskState.SUSPENDED)
+    [view] = snap(c).queued
+    assert view.state is JobState.SUSPENDED
+    assert (view.queued_since, view.submit_time, view.suspensions) == (T0 + 20.0, T0, 1)
+    assert view.placement == ()

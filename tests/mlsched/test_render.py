@@ -1,0 +1,342 @@
+"""Rendering for the CLI: dictionaries for --json, aligned tables and descriptions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from mlsched import render
+from mlsched.model import (
+    Deadline,
+    Event,
+    GpuInfo,
+    GpuMetrics,
+    IterationStop,
+    Job,
+    JobClass,
+    JobSpec,
+    JobState,
+    MetricGoal,
+    Node,
+    NodeMetrics,
+    ResumeRecord,
+    TargetMetricStop,
+    Task,
+    TaskState,
+)
+
+
+def make_job(job_id: str = "j-1", **changes) -> Job:
+    spec = JobSpec("mlp", ("python", "mlp.py"), 2, IterationStop(100))
+    job = Job(job_id, "alice", spec, JobState.PENDING, submit_time=1000.0, queued_since=1000.0)
+    return replace(job, **changes)
+
+
+# --- jct -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("submit", "end", "expected"),
+    [
+        (1000.0, None, None),
+        (1000.0, 1000.0, 0.0),
+        (100.25, 1000.5, 900.25),
+        (10.0, 72.3456, 62.346),
+        (0.0001, 1.00049, 1.0),
+    ],
+)
+def test_jct_is_submission_to_end_rounded_to_milliseconds(submit, end, expected):
+    job = make_job(submit_time=submit, end_time=end)
+    assert render.jct_s(job) == expected
+    assert render.job_dict(job)["jct_s"] == expected
+
+
+# --- dictionaries ----------------------------------------------------------------------------
+
+
+def test_job_dict_has_every_field():
+    spec = JobSpec(
+        "slo-job",
+        ("torchrun", "t.py"),
+        4,
+        TargetMetricStop("accuracy", 0.9, MetricGoal.MAXIMIZE, 500),
+        JobClass.SOFT_SLO,
+        (Deadline(600.0, 100.0), Deadline(900.0, 40.0)),
+        gpus_per_process=2,
+    )
+    job = Job(
+        id="j-9",
+        user="bob",
+        spec=spec,
+        state=JobState.COMPLETED,
+        submit_time=100.0,
+        queued_since=150.0,
+        first_start_time=110.0,
+        end_time=460.5,
+        attempt=2,
+        suspensions=1,
+        failures=0,
+        node_history=["n1", "n2"],
+        metrics={"accuracy": 0.91},
+        iteration=480,
+        checkpoint_step=400,
+        restored_step=200,
+        lease_expires_at=None,
+        message="reached its stopping criterion",
+        resumes=[ResumeRecord(150.0, 200, ("n1",), 151.0, 200, ("n2",))],
+    )
+    tasks = [
+        Task("j-9", 0, 2, "n2", (0, 1), TaskState.COMPLETED, 0, "done"),
+        Task("j-9", 1, 2, "n2", (2, 3), TaskState.COMPLETED, None, ""),
+    ]
+    assert render.job_dict(job, tasks) == {
+        "id": "j-9",
+        "name": "slo-job",
+        "user": "bob",
+        "state": "COMPLETED",
+        "class": "soft-slo",
+        "gpus": 4,
+        "command": ["torchrun", "t.py"],
+        "stop": {"metric": "accuracy", "target": 0.9, "goal": "max", "max_iterations": 500},
+        "deadlines": [{"after_s": 600.0, "reward": 100.0}, {"after_s": 900.0, "reward": 40.0}],
+        "submit_time": 100.0,
+        "first_start_time": 110.0,
+        "end_time": 460.5,
+        "jct_s": 360.5,
+        "attempts": 2,
+        "suspensions": 1,
+        "failures": 0,
+        "nodes": ["n1", "n2"],
+        "iteration": 480,
+        "metrics": {"accuracy": 0.91},
+        "checkpoint_step": 400,
+        "restored_step": 200,
+        "lease_expires_at": None,
+        "message": "reached its stopping criterion",
+        "resumptions": [
+            {
+                "suspended_at": 150.0,
+                "checkpoint_step": 200,
+                "from_nodes": ["n1"],
+                "resumed_at": 151.0,
+                "restored_step": 200,
+                "to_nodes": ["n2"],
+            }
+        ],
+        "tasks": [
+            {
+                "rank": 0,
+                "node": "n2",
+                "gpus": [0, 1],
+                "state": "COMPLETED",
+                "attempt": 2,
+                "exit_code": 0,
+                "message": "done",
+            },
+            {
+                "rank": 1,
+                "node": "n2",
+                "gpus": [2, 3],
+                "state": "COMPLETED",
+                "attempt": 2,
+                "exit_code": None,
+                "message": "",
+            },
+        ],
+    }
+
+
+def test_job_dict_copies_mutable_fields():
+    job = make_job(metrics={"loss": 1.0}, node_history=["n1"])
+    d = render.job_dict(job)
+    d["metrics"]["loss"] = 5.0
+    d["nodes"].append("x")
+    assert job.metrics == {"loss": 1.0} and job.node_history == ["n1"]
+    assert d["tasks"] == [] and d["resumptions"] == []
+
+
+def test_node_dict():
+    metrics = NodeMetrics(
+        1.0, 12.5, 2 << 30, 8 << 30, 3.0, 4.0, (GpuMetrics(1, 70.0, 5, 10, True),)
+    )
+    node = Node(
+        "n1",
+        "10.0.0.1",
+        "h1",
+        (GpuInfo(0, "virtual", True), GpuInfo(1, "virtual", True)),
+        8,
+        16 << 30,
+        True,
+        99.0,
+        metrics,
+    )
+    assert render.node_dict(node, [1]) == {
+        "id": "n1",
+        "address": "10.0.0.1",
+        "hostname": "h1",
+        "alive": True,
+        "last_seen": 99.0,
+        "gpus": [
+            {
+                "index": 0,
+                "name": "virtual",
+                "virtual": True,
+                "memory_total_bytes": 0,
+                "busy": False,
+            },
+            {"index": 1, "name": "virtual", "virtual": True, "memory_total_bytes": 0, "busy": True},
+        ],
+        "cpu_count": 8,
+        "memory_total_bytes": 16 << 30,
+        "metrics": {
+            "cpu_percent": 12.5,
+            "memory_used_bytes": 2 << 30,
+            "net_rx_bytes_per_s": 3.0,
+            "net_tx_bytes_per_s": 4.0,
+            "gpus": [
+                {"index": 1, "utilization_percent": 70.0, "memory_used_bytes": 5, "virtual": True}
+            ],
+        },
+    }
+    assert render.node_dict(replace(node, metrics=None), [])["metrics"] is None
+
+
+def test_event_dict():
+    event = Event(5, 12.5, "job_state", "PENDING -> STARTING", "j-1", "n1")
+    assert render.event_dict(event) == {
+        "seq": 5,
+        "time": 12.5,
+        "kind": "job_state",
+        "job": "j-1",
+        "node": "n1",
+        "message": "PENDING -> STARTING",
+    }
+
+
+# --- tables ----------------------------------------------------------------------------------
+
+
+def test_table_pads_columns_to_the_widest_cell_and_strips_line_ends():
+    text = render.table(["ID", "NAME", "N"], [["j-1", "a", 1], ["j-22", None, 333]])
+    assert text.split("\n") == [
+        "ID    NAME  N",
+        "j-1   a     1",
+        "j-22        333",
+    ]
+
+
+def test_table_without_rows_is_the_header():
+    assert render.table(["A", "BB"], []) == "A  BB"
+
+
+def test_table_rejects_rows_of_the_wrong_length():
+    with pytest.raises(ValueError):
+        render.table(["A", "B"], [["1", "2", "3"]])
+
+
+def test_jobs_table():
+    running = make_job(
+        "j-aaaa",
+        state=JobState.RUNNING,
+        iteration=150,
+        metrics={"accuracy": 0.81234},
+        suspensions=1,
+    )
+    running_tasks = [
+        Task("j-aaaa", 0, 2, "n2", (0,), TaskState.RUNNING),
+        Task("j-aaaa", 1, 2, "n1", (0,), TaskState.SUSPENDING),
+    ]
+    done = make_job(
+        "j-bb",
+        user="bob",
+        spec=JobSpec("resnet-50", ("r",), 4, IterationStop(1)),
+        state=JobState.COMPLETED,
+        end_time=1062.4,
+    )
+    done_tasks = [Task("j-bb", 0, 1, "n1", (0,), TaskState.COMPLETED)]
+    text = render.jobs_table([(running, running_tasks), (done, done_tasks)], now=1100.0)
+    assert text.split("\n") == [
+        "ID      NAME       USER   STATE      GPUS  NODES  ITER  ACC    SUSP  AGE",
+        "j-aaaa  mlp        alice  RUNNING    2     n1,n2  150   0.812  1     100s",
+        "j-bb    resnet-50  bob    COMPLETED  4     -      0            0     62s",
+    ]
+
+
+def test_jobs_table_columns_line_up():
+    jobs = [
+        (make_job("j-" + "x" * n, spec=JobSpec("n" * (5 - n), ("r",), n + 1, IterationStop(1))), [])
+        for n in range(1, 5)
+    ]
+    lines = render.jobs_table(jobs, now=1000.0).split("\n")
+    name_column = lines[0].index("NAME")
+    assert all(line[name_column - 2 : name_column] == "  " for line in lines)
+    assert {line.index("PENDING") for line in lines[1:]} == {lines[0].index("STATE")}
+
+
+def test_nodes_table():
+    metrics = NodeMetrics(1.0, 37.4, 16 << 30, 64 << 30, 0.0, 0.0)
+    alive = Node(
+        "n1",
+        "10.0.0.1",
+        "h1",
+        (GpuInfo(0, "H100", False), GpuInfo(1, "H100", False)),
+        8,
+        1,
+        True,
+        0.0,
+        metrics,
+    )
+    dead = Node(
+        "n2",
+        "10.0.0.22",
+        "h2",
+        tuple(GpuInfo(i, "virtual", True) for i in range(4)),
+        8,
+        1,
+        False,
+        0.0,
+        None,
+    )
+    assert render.nodes_table([(alive, [0]), (dead, [])]).split("\n") == [
+        "NODE  ADDRESS    STATE  GPUS BUSY    CPU  MEM",
+        "n1    10.0.0.1   alive  1/2 real     37%  25%",
+        "n2    10.0.0.22  dead   0/4 virtual",
+    ]
+
+
+def test_nodes_table_without_gpus_or_memory_total():
+    metrics = NodeMetrics(1.0, 5.0, 0, 0, 0.0, 0.0)
+    node = Node("cpu", "a", "h", (), 1, 1, True, 0.0, metrics)
+    assert render.nodes_table([(node, [])]).split("\n")[1] == "cpu   a        alive  0/0 real   5%"
+
+
+# --- describe --------------------------------------------------------------------------------
+
+
+def test_describe_lists_fields_resumptions_and_tasks():
+    job = make_job(
+        state=JobState.RUNNING,
+        attempt=3,
+        resumes=[
+            ResumeRecord(1010.0, 500, ("n1",), 1011.0, 500, ("n2",)),
+            ResumeRecord(1020.0, 700, ("n2", "n3"), None, None, ()),
+        ],
+    )
+    tasks = [
+        Task("j-1", 0, 3, "n2", (0, 1), TaskState.RUNNING),
+        Task("j-1", 1, 3, "n2", (2,), TaskState.FAILED, 3, "boom"),
+    ]
+    lines = render.describe(job, tasks).split("\n")
+    assert lines[0] == "id: j-1"
+    assert "state: RUNNING" in lines
+    assert "attempts: 3" in lines
+    assert not any(line.startswith(("tasks: [", "resumptions: [")) for line in lines)
+    assert lines[lines.index("resumptions:") :] == [
+        "resumptions:",
+        "  suspended on n1 at checkpoint step 500; resumed on n2 from step 500",
+        "  suspended on n2,n3 at checkpoint step 700; waiting",
+        "tasks:",
+        "  rank 0: RUNNING on n2 GPUs [0, 1] (attempt 3)",
+        "  rank 1: FAILED on n2 GPUs [2] (attempt 3) exit 3 - boom",
+    ]
