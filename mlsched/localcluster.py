@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -195,7 +196,5 @@ def _kill_training_processes(checkpoint_root: Path) -> None:
             continue
         key = environ.get("MLSCHED_CHECKPOINT_DIR", "")
         if key.startswith(str(checkpoint_root)) and process.pid != os.getpid():
-            try:
+            with contextlib.suppress(psutil.Error):
                 process.send_signal(signal.SIGKILL)
-            except psutil.Error:
-                pass

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from controller import lifecycle
 from controller.commands import (
     AckCommand,
