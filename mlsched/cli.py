@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run a local cluster (controller + 2 agents) with example jobs")
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    p.add_argument("--lease-seconds", type=float, default=12.0, help="lease length [%(default)s]")
+    p.add_argument("--lease-seconds", type=float, default=10.0, help="lease length [%(default)s]")
     p.set_defaults(func=cmd_demo)
     return parser
 

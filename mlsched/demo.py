@@ -44,17 +44,13 @@ def _spec(
 def demo_jobs() -> tuple[list[JobSpec], JobSpec]:
     """The jobs submitted at the start, and the late spanning job."""
     first = [
-        _spec("ddp-blobs", "ddp_classifier.py", 2, IterationStop(1500), seed=1),
-        _spec("mlp-2gpu", "mlp_classifier.py", 2, IterationStop(2500), gpus_per_process=2, seed=2),
-        _spec(
-            "mlp-target",
-            "mlp_classifier.py",
-            1,
-            TargetMetricStop("accuracy", 0.9, MetricGoal.MAXIMIZE, 4000),
-            seed=3,
-        ),
+        _spec("ddp-blobs", "ddp_classifier.py", 2, IterationStop(1200), seed=1),
+        _spec("mlp-2gpu", "mlp_classifier.py", 2,
+              TargetMetricStop("accuracy", 0.95, MetricGoal.MAXIMIZE, 2000),
+              gpus_per_process=2, seed=2),
+        _spec("mlp-1gpu", "mlp_classifier.py", 1, IterationStop(1500), seed=3),
     ]
-    late = _spec("ddp-span", "ddp_classifier.py", 3, IterationStop(900), seed=4)
+    late = _spec("ddp-span", "ddp_classifier.py", 3, IterationStop(500), seed=4)
     return first, late
 
 
@@ -69,7 +65,7 @@ def exact_resume(job: Job) -> bool:
     )
 
 
-def run_demo(json_output: bool = False, keep: bool = False, lease_s: float = 12.0) -> int:
+def run_demo(json_output: bool = False, keep: bool = False, lease_s: float = 10.0) -> int:
     if not (EXAMPLES / "mlp_classifier.py").exists():
         print(
             f"mlsched demo: the example scripts are missing under {EXAMPLES}; run the demo "

@@ -1,0 +1,154 @@
+"""Train an MLP on synthetic spirals with DistributedDataParallel and trainer_shim.
+
+Every process is one rank of the `env://` contract (RANK, WORLD_SIZE, MASTER_ADDR, ...), as
+the node agent or torchrun sets it; gloo on CPU, NCCL on real GPUs. With WORLD_SIZE=1 (or
+unset) it trains in a single process without DDP.
+
+    torchrun --nproc-per-node 2 examples/ddp_classifier.py --max-iterations 500 \
+        --checkpoint-dir /tmp/ddp
+
+Each rank draws its share of every global batch from its own shard of the training set,
+with a generator seeded from (seed, step, rank): the data order depends on nothing but the
+step, so a resumed run repeats an uninterrupted one exactly. Accuracy is evaluated on every
+rank's shard of the held-out set and summed over ranks, so every rank reports the same value.
+Rank 0 writes the checkpoints; every rank reads them on resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from synthetic import spirals  # examples/synthetic.py, next to this script
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import trainer_shim
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--batch-size", type=int, default=128, help="global; unless the spec sets one")
+    p.add_argument("--hidden", type=int, default=256, help="width of the three hidden layers")
+    p.add_argument("--classes", type=int, default=5, help="spiral arms")
+    p.add_argument("--train-size", type=int, default=20000)
+    p.add_argument("--test-size", type=int, default=4000)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--checkpoint-every", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--max-iterations", type=int, default=2000, help="unless the job spec sets a criterion"
+    )
+    p.add_argument("--target-accuracy", type=float, default=None, help="stop once reached")
+    p.add_argument("--checkpoint-dir", default=None, help="local mode only")
+    p.add_argument("--resume", action="store_true", help="local mode: resume from the newest")
+    return p.parse_args(argv)
+
+
+def build_model(hidden: int, classes: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(2, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, classes),
+    )
+
+
+def batch_generator(seed: int, step: int, rank: int) -> torch.Generator:
+    """The generator drawing `rank`'s share of batch `step`: a function of those alone."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + step) * 4_099 + rank)
+
+
+@torch.no_grad()
+def accuracy(
+    model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, distributed: bool
+) -> float:
+    """Accuracy over the union of every rank's (`inputs`, `labels`) shard."""
+    correct = (model(inputs).argmax(dim=1) == labels).sum()
+    counts = torch.stack([correct, torch.tensor(len(labels), device=labels.device)]).double()
+    if distributed:
+        dist.all_reduce(counts)
+    return (counts[0] / counts[1]).item()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))
+    target = None if args.target_accuracy is None else ("accuracy", args.target_accuracy, "max")
+
+    with trainer_shim.init(
+        checkpoint_dir=args.checkpoint_dir,
+        max_iterations=args.max_iterations,
+        target=target,
+        batch_size=args.batch_size,
+        resume=args.resume,
+    ) as job:
+        distributed = job.init_process_group()
+        rank, world_size, device = job.rank, job.world_size, job.device
+        train_x, train_y = spirals(args.train_size, args.classes, seed=args.seed)
+        test_x, test_y = spirals(args.test_size, args.classes, seed=args.seed + 1)
+        shard = slice(rank, None, world_size)  # every world_size-th sample, from `rank`
+        train_x, train_y = train_x[shard].to(device), train_y[shard].to(device)
+        test_x, test_y = test_x[shard].to(device), test_y[shard].to(device)
+
+        torch.manual_seed(args.seed)  # the same initial weights on every rank
+        model = build_model(args.hidden, args.classes).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+        step = saved_step = job.restore(model, optimizer=optimizer)
+        ddp_model = DistributedDataParallel(model) if distributed else model
+        global_batch = (job.restored and job.restored.batch_size) or job.batch_size
+        loss_value = float("nan")
+
+        while not job.should_stop():
+            global_batch = job.requested_batch_size() or global_batch
+            local_batch = max(1, global_batch // world_size)
+            started = time.perf_counter()
+            generator = batch_generator(args.seed, step, rank)
+            index = torch.randint(len(train_x), (local_batch,), generator=generator).to(device)
+            loss = nn.functional.cross_entropy(ddp_model(train_x[index]), train_y[index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()  # DDP averages the gradients over ranks here
+            optimizer.step()
+            step += 1
+            loss_value = loss.item()
+            metrics = None
+            if step % args.eval_every == 0:
+                metrics = {"accuracy": accuracy(model, test_x, test_y, distributed)}
+            job.report(
+                step,
+                loss=loss_value,
+                metrics=metrics,
+                iteration_time=time.perf_counter() - started,
+                batch_size=global_batch,
+            )
+            if job.should_suspend():  # the same answer on every rank, at the same step
+                job.save_checkpoint(step, model, optimizer=optimizer)
+                break
+            if step % args.checkpoint_every == 0:
+                job.save_checkpoint(step, model, optimizer=optimizer)
+                saved_step = step
+
+        if job.suspend_reason is None and step != saved_step:
+            job.save_checkpoint(step, model, optimizer=optimizer)  # the final weights
+        summary = {
+            "rank": rank,
+            "step": step,
+            "loss": loss_value,
+            "accuracy": accuracy(model, test_x, test_y, distributed),
+            "suspended": job.suspend_reason is not None,
+        }
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

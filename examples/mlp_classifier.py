@@ -1,0 +1,130 @@
+"""Train an MLP on synthetic spirals with trainer_shim (single process, CPU or one GPU).
+
+Locally:   python examples/mlp_classifier.py --max-iterations 300 --checkpoint-dir /tmp/mlp
+Resume:    python examples/mlp_classifier.py --max-iterations 600 --checkpoint-dir /tmp/mlp --resume
+Under mlsched the node agent's environment decides the checkpoint directory, resumption,
+the stopping criterion and the initial batch size (docs/task-environment.md).
+
+Reports the loss every step and the held-out accuracy every --eval-every steps; checkpoints
+every --checkpoint-every steps, when asked to suspend (SuspendNow or SIGTERM) and at the end.
+Prints one JSON line with the final step, loss and accuracy. Batches are drawn from the global
+torch RNG, which checkpoints carry, so a suspended-and-resumed run matches an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+
+import torch
+from synthetic import spirals  # examples/synthetic.py, next to this script
+from torch import nn
+
+import trainer_shim
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--batch-size", type=int, default=128, help="unless the job spec sets one")
+    p.add_argument("--hidden", type=int, default=256, help="width of the three hidden layers")
+    p.add_argument("--classes", type=int, default=5, help="spiral arms")
+    p.add_argument("--train-size", type=int, default=20000)
+    p.add_argument("--test-size", type=int, default=4000)
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--checkpoint-every", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--max-iterations", type=int, default=2000, help="unless the job spec sets a criterion"
+    )
+    p.add_argument("--target-accuracy", type=float, default=None, help="stop once reached")
+    p.add_argument("--checkpoint-dir", default=None, help="local mode only")
+    p.add_argument("--resume", action="store_true", help="local mode: resume from the newest")
+    return p.parse_args(argv)
+
+
+def build_model(hidden: int, classes: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(2, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, classes),
+    )
+
+
+@torch.no_grad()
+def accuracy(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> float:
+    return (model(inputs).argmax(dim=1) == labels).float().mean().item()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))
+    torch.manual_seed(args.seed)
+    train_x, train_y = spirals(args.train_size, args.classes, seed=args.seed)
+    test_x, test_y = spirals(args.test_size, args.classes, seed=args.seed + 1)
+    target = None if args.target_accuracy is None else ("accuracy", args.target_accuracy, "max")
+
+    with trainer_shim.init(
+        checkpoint_dir=args.checkpoint_dir,
+        max_iterations=args.max_iterations,
+        target=target,
+        batch_size=args.batch_size,
+        resume=args.resume,
+    ) as job:
+        device = job.device
+        model = build_model(args.hidden, args.classes).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+        step = saved_step = job.restore(model, optimizer=optimizer)
+        batch_size = (job.restored and job.restored.batch_size) or job.batch_size
+        train_x, train_y = train_x.to(device), train_y.to(device)
+        test_x, test_y = test_x.to(device), test_y.to(device)
+        loss_value = float("nan")
+
+        while not job.should_stop():
+            batch_size = job.requested_batch_size() or batch_size
+            started = time.perf_counter()
+            index = torch.randint(len(train_x), (batch_size,)).to(device)
+            loss = nn.functional.cross_entropy(model(train_x[index]), train_y[index])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            loss_value = loss.item()
+            metrics = None
+            if step % args.eval_every == 0:
+                metrics = {"accuracy": accuracy(model, test_x, test_y)}
+            job.report(
+                step,
+                loss=loss_value,
+                metrics=metrics,
+                iteration_time=time.perf_counter() - started,
+                batch_size=batch_size,
+            )
+            if job.should_suspend():
+                job.save_checkpoint(step, model, optimizer=optimizer)
+                break
+            if step % args.checkpoint_every == 0:
+                job.save_checkpoint(step, model, optimizer=optimizer)
+                saved_step = step
+
+        if job.suspend_reason is None and step != saved_step:
+            job.save_checkpoint(step, model, optimizer=optimizer)  # the final weights
+        summary = {
+            "step": step,
+            "loss": loss_value,
+            "accuracy": accuracy(model, test_x, test_y),
+            "suspended": job.suspend_reason is not None,
+        }
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

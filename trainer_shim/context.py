@@ -1,0 +1,547 @@
+"""`JobContext`: the one object a training script talks to, in the cluster and locally."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+from mlsched.v1 import common_pb2, trainer_pb2
+from trainer_shim import distributed
+from trainer_shim.checkpoint import (
+    CheckpointStore,
+    capture_rng,
+    ensure_weights_only_loadable,
+    restore_rng,
+)
+from trainer_shim.env import TaskEnv, parse_env, resolve_agent_addr
+from trainer_shim.exit_record import ExitRecord, write_exit_record
+from trainer_shim.session import AgentSession
+from trainer_shim.stopping import ControlState, StoppingCriteria, Target
+
+__all__ = ["JobContext", "RestoreInfo", "init"]
+
+log = logging.getLogger("trainer_shim")
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class RestoreInfo:
+    """What `JobContext.restore` loaded: the step, the file, and what was saved with it."""
+
+    step: int
+    path: Path
+    batch_size: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _describe(command: str, reason: str) -> str:
+    return f"{command}: {reason}" if reason else command
+
+
+def init(
+    *,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    max_iterations: int | None = None,
+    target: Target | tuple[str, float] | tuple[str, float, str] | None = None,
+    batch_size: int | None = None,
+    resume: bool = False,
+    exit_file: str | os.PathLike[str] | None = None,
+    keep_checkpoints: int = 2,
+    report_interval: float = 0.5,
+    flush_timeout: float = 5.0,
+    handle_sigterm: bool = True,
+    environ: Mapping[str, str] | None = None,
+) -> JobContext:
+    """Create the job context; use it as `with trainer_shim.init(...) as job:`.
+
+    Cluster mode (MLSCHED_TASK_ID set): the checkpoint directory, resume flag, exit file,
+    batch size and stopping criteria come from the environment. The keyword arguments only
+    fill in what the environment leaves unset; the criteria are taken as a whole, from the
+    environment when it sets any (MLSCHED_MAX_ITERATIONS or MLSCHED_TARGET_*), else from
+    `max_iterations`/`target`. `resume` is ignored there (MLSCHED_RESUME decides).
+
+    Local mode: the same API with no agent. Settings come from the keyword arguments; with no
+    `checkpoint_dir`, `save_checkpoint` is a no-op that warns once and `restore` returns 0.
+    `resume=True` restores the newest checkpoint in `checkpoint_dir`, if there is one.
+
+    `target` is a `Target` or a `(metric, value[, goal])` tuple with goal "max" (default)
+    or "min". `environ` replaces `os.environ` when reading the contract (mainly for tests).
+    """
+    task_env = parse_env(environ)
+    if isinstance(target, tuple):
+        target = Target(*target)
+    kwargs_criteria = StoppingCriteria(max_iterations=max_iterations, target=target)
+    if task_env.in_cluster:
+        env_sets_criteria = task_env.max_iterations is not None or task_env.target is not None
+        criteria = (
+            StoppingCriteria(max_iterations=task_env.max_iterations, target=task_env.target)
+            if env_sets_criteria
+            else kwargs_criteria
+        )
+        checkpoint_dir = task_env.checkpoint_dir or checkpoint_dir
+        batch_size = task_env.batch_size or batch_size
+        resume = task_env.resume
+        exit_file = task_env.exit_file or exit_file
+    else:
+        criteria = kwargs_criteria
+    context = JobContext(
+        task_env,
+        criteria=criteria,
+        checkpoint_dir=checkpoint_dir,
+        batch_size=batch_size,
+        resume=resume,
+        exit_file=exit_file,
+        keep_checkpoints=keep_checkpoints,
+        report_interval=report_interval,
+        flush_timeout=flush_timeout,
+    )
+    context._start(handle_sigterm=handle_sigterm)
+    return context
+
+
+class JobContext:
+    """A training process's handle on its job; create it with `trainer_shim.init()`.
+
+    Methods are meant for the training thread. Under torch.distributed with more than one
+    process, `should_stop`, `should_suspend` and `requested_batch_size` are collectives:
+    every rank must call each of them at the same steps, and every rank gets the same answer
+    (stop/suspend when any rank was asked to; the batch size rank 0 received).
+    """
+
+    def __init__(
+        self,
+        task_env: TaskEnv,
+        *,
+        criteria: StoppingCriteria,
+        checkpoint_dir: str | os.PathLike[str] | None,
+        batch_size: int | None,
+        resume: bool,
+        exit_file: str | os.PathLike[str] | None,
+        keep_checkpoints: int = 2,
+        report_interval: float = 0.5,
+        flush_timeout: float = 5.0,
+    ) -> None:
+        self.env = task_env
+        self.criteria = criteria
+        self.batch_size = batch_size
+        self._resume = resume
+        self._exit_file = None if exit_file is None else Path(exit_file)
+        self._store = (
+            None if checkpoint_dir is None else CheckpointStore(checkpoint_dir, keep_checkpoints)
+        )
+        self._flush_timeout = flush_timeout
+        self._control = ControlState()
+        self._session: AgentSession | None = None
+        if task_env.in_cluster:
+            self._session = AgentSession(
+                task_id=task_env.task_id or "",
+                token=task_env.token,
+                resolve_addr=functools.partial(resolve_agent_addr, task_env),
+                on_command=self._on_command,
+                report_interval=report_interval,
+            )
+        # Training-thread state.
+        self._step = 0
+        self._loss: float | None = None
+        self._metrics: dict[str, float] = {}
+        self._current_batch_size = batch_size
+        self._checkpoint_step: int | None = None
+        self._restored: RestoreInfo | None = None
+        self._restored_step = 0
+        self._restored_sent: int | None = None
+        self._criteria_reason: str | None = None
+        self._stop_reason: str | None = None
+        self._suspend_reason: str | None = None
+        self._warned_no_store = False
+        self._owns_process_group = False
+        self._closed = False
+        # Set by the SIGTERM handler; a plain attribute because handlers must not take locks.
+        self._sigterm = False
+        self._previous_sigterm: Any = None
+        self._sigterm_installed = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def _start(self, *, handle_sigterm: bool) -> None:
+        if handle_sigterm and threading.current_thread() is threading.main_thread():
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self._sigterm_installed = True
+        if self._session is not None:
+            self._session.start()
+
+    def __enter__(self) -> JobContext:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._finish(exc)
+        return False
+
+    def close(self) -> None:
+        """End the job context as a normal exit (what leaving the `with` block does)."""
+        self._finish(None)
+
+    def _finish(self, exc: BaseException | None) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            record = self._exit_record(exc)
+            if self._exit_file is not None:
+                try:
+                    write_exit_record(self._exit_file, record)
+                except OSError:
+                    log.exception("cannot write the exit record %s", self._exit_file)
+            if self._session is not None:
+                self._send_restored(self._restored_step, only_if_unsent=True)
+                self._session.close(self._flush_timeout)
+            if self._owns_process_group:
+                distributed.destroy_process_group()
+        finally:
+            if self._sigterm_installed:
+                previous = self._previous_sigterm
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+                self._sigterm_installed = False
+
+    def _exit_record(self, exc: BaseException | None) -> ExitRecord:
+        checkpoint_step = self._checkpoint_step
+        if checkpoint_step is None:
+            checkpoint_step = self._restored_step
+        normal_exit = exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0))
+        if not normal_exit:
+            outcome, reason = "failed", repr(exc)
+        elif self._suspend_reason is not None:
+            outcome, reason = "suspended", self._suspend_reason
+        else:
+            outcome, reason = "completed", self._stop_reason or ""
+        return ExitRecord(outcome, self._step, checkpoint_step, reason)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._sigterm = True
+
+    def _on_command(self, response: trainer_pb2.TrainerSessionResponse) -> None:
+        kind = response.WhichOneof("message")
+        if kind == "suspend":
+            self._control.request_suspend(_describe("SuspendNow", response.suspend.reason))
+        elif kind == "stop":
+            self._control.request_stop(_describe("StopNow", response.stop.reason))
+        elif kind == "change_batch_size":
+            self._control.request_batch_size(response.change_batch_size.batch_size)
+        elif kind == "lease":
+            self._control.set_lease(response.lease.expires_at, response.lease.renewed)
+        else:
+            log.debug("ignoring unknown agent command %s", response)
+
+    # ------------------------------------------------------------ identity
+
+    @property
+    def is_local(self) -> bool:
+        """True when no node agent launched this process."""
+        return not self.env.in_cluster
+
+    @property
+    def job_id(self) -> str:
+        """The job id, "local" in local mode."""
+        return self.env.job_id or "local"
+
+    @property
+    def task_id(self) -> str | None:
+        """`<job_id>/<rank>/<attempt>`, None in local mode."""
+        return self.env.task_id
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self.env.local_rank
+
+    @functools.cached_property
+    def device(self) -> torch.device:
+        """The device to train on.
+
+        `cuda:<LOCAL_RANK modulo the visible GPU count>` when CUDA is available and the GPUs
+        are real; every visible GPU belongs to this task (CUDA_VISIBLE_DEVICES), so with one
+        GPU per task that is `cuda:0`. CPU when MLSCHED_VIRTUAL_GPUS=1 or CUDA is unavailable.
+        """
+        if self.env.virtual_gpus or not torch.cuda.is_available():
+            return torch.device("cpu")
+        return torch.device("cuda", self.local_rank % torch.cuda.device_count())
+
+    @property
+    def checkpoint_dir(self) -> Path | None:
+        return None if self._store is None else self._store.directory
+
+    # ------------------------------------------------------------ agent commands
+
+    @property
+    def control(self) -> ControlState:
+        """The raw commands received from the agent so far (diagnostics and tests)."""
+        return self._control
+
+    @property
+    def lease_expires_at(self) -> float | None:
+        """Unix time the current lease expires, from the agent's latest LeaseNotice."""
+        return self._control.lease_expires_at
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why `should_stop()` returned True, once it has."""
+        return self._stop_reason
+
+    @property
+    def suspend_reason(self) -> str | None:
+        """Why `should_suspend()` returned True, once it has."""
+        return self._suspend_reason
+
+    def should_stop(self) -> bool:
+        """True once training is done: StopNow was received, the last reported step reached
+        the iteration budget, or a reported metric reached the target. Sticky once True.
+
+        A collective under torch.distributed (see the class docstring).
+        """
+        if self._stop_reason is not None:
+            return True
+        reason = self._control.stop_reason or self._criteria_reason
+        if distributed.is_active():
+            if not distributed.any_rank(reason is not None):
+                return False
+            reason = reason or "stopped because another rank stopped"
+        if reason is None:
+            return False
+        self._stop_reason = reason
+        return True
+
+    def should_suspend(self) -> bool:
+        """True once the agent sent SuspendNow or the process got SIGTERM: save a checkpoint
+        and leave the `with` block. Sticky once True; the exit record then says `suspended`.
+
+        A collective under torch.distributed (see the class docstring).
+        """
+        if self._suspend_reason is not None:
+            return True
+        reason = self._control.suspend_reason or ("SIGTERM" if self._sigterm else None)
+        if distributed.is_active():
+            if not distributed.any_rank(reason is not None):
+                return False
+            reason = reason or "suspended because another rank was asked to suspend"
+        if reason is None:
+            return False
+        self._suspend_reason = reason
+        return True
+
+    def requested_batch_size(self) -> int | None:
+        """A new global batch size the agent asked for, returned once; None when unchanged.
+
+        The script applies it (e.g. rebuilds its batches) and reports it through
+        `report(batch_size=...)`. Under torch.distributed rank 0's request is the one applied,
+        on every rank (a collective; see the class docstring); other ranks' requests are
+        dropped.
+        """
+        value = self._control.take_batch_size()
+        if distributed.is_active():
+            value = distributed.from_rank0(value or 0) or None
+        return value
+
+    # ------------------------------------------------------------ reporting
+
+    def report(
+        self,
+        step: int,
+        *,
+        loss: float | torch.Tensor | None = None,
+        metrics: Mapping[str, float | torch.Tensor] | None = None,
+        iteration_time: float | None = None,
+        batch_size: int | None = None,
+    ) -> None:
+        """Record progress after `step` iterations; never blocks on the agent.
+
+        Metrics accumulate: each report carries the latest value of every metric reported
+        so far, so an accuracy evaluated every N steps is never lost to rate limiting. The
+        agent gets the newest report at most every `report_interval` seconds.
+        """
+        self._step = int(step)
+        if loss is not None:
+            self._loss = float(loss)
+        if metrics:
+            for name, value in metrics.items():
+                self._metrics[name] = float(value)
+        if batch_size is not None:
+            self._current_batch_size = int(batch_size)
+        if self._criteria_reason is None:
+            self._criteria_reason = self.criteria.check(self._step, self._metrics)
+        if self._session is None:
+            log.debug("step %d loss=%s metrics=%s", self._step, self._loss, self._metrics)
+            return
+        self._send_restored(self._restored_step, only_if_unsent=True)
+        self._session.send_progress(
+            common_pb2.Progress(
+                iteration=self._step,
+                loss=self._loss if self._loss is not None else 0.0,
+                metrics=self._metrics,
+                iteration_time_s=iteration_time or 0.0,
+                batch_size=self._current_batch_size or 0,
+                time=time.time(),
+            )
+        )
+
+    @property
+    def last_step(self) -> int:
+        """The last reported (or restored) step."""
+        return self._step
+
+    @property
+    def last_metrics(self) -> Mapping[str, float]:
+        """The latest value of every metric reported so far."""
+        return dict(self._metrics)
+
+    def _send_restored(self, step: int, *, only_if_unsent: bool) -> None:
+        if self._session is None or (only_if_unsent and self._restored_sent is not None):
+            return
+        if self._restored_sent == step:
+            return
+        self._restored_sent = step
+        self._session.send_notice(
+            trainer_pb2.TrainerSessionRequest(restored=trainer_pb2.Restored(step=step))
+        )
+
+    # ------------------------------------------------------------ checkpoints
+
+    @property
+    def checkpoint_step(self) -> int | None:
+        """The step of the last `save_checkpoint` call in this process, if any."""
+        return self._checkpoint_step
+
+    @property
+    def restored(self) -> RestoreInfo | None:
+        """What the last `restore` loaded; None on a fresh start."""
+        return self._restored
+
+    def load_extra(self) -> dict[str, Any]:
+        """The `extra` dict saved with the restored checkpoint ({} on a fresh start)."""
+        return {} if self._restored is None else dict(self._restored.extra)
+
+    def save_checkpoint(
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Path | None:
+        """Save a checkpoint of `step` and tell the agent; returns its path.
+
+        Saves the model's and optimizer's state dicts (DDP wrappers unwrapped), every RNG
+        state (torch CPU/CUDA, `random`, numpy), the batch size last reported, and `extra`,
+        which must load with `torch.load(weights_only=True)` (tensors, numbers, strings and
+        containers of them; checked here). Under torch.distributed only rank 0 writes; other
+        ranks return None at once, without a barrier: add one if they must not run ahead.
+        Returns None (after warning once) when there is no checkpoint directory.
+        """
+        step = int(step)
+        self._checkpoint_step = step
+        if self.rank != 0:
+            return None
+        if self._store is None:
+            if not self._warned_no_store:
+                log.warning("save_checkpoint: no checkpoint directory configured; not saving")
+                self._warned_no_store = True
+            return None
+        extra_dict = dict(extra or {})
+        if extra_dict:
+            ensure_weights_only_loadable(extra_dict, "save_checkpoint(extra=...)")
+        payload = {
+            "format": CHECKPOINT_FORMAT,
+            "step": step,
+            "model": distributed.unwrap_model(model).state_dict(),
+            "optimizer": None if optimizer is None else optimizer.state_dict(),
+            "rng": capture_rng(),
+            "batch_size": self._current_batch_size,
+            "extra": extra_dict,
+            "world_size": self.world_size,
+            "saved_at": time.time(),
+        }
+        path = self._store.save(step, payload)
+        if self._session is not None:
+            self._send_restored(self._restored_step, only_if_unsent=True)
+            notice = trainer_pb2.CheckpointSaved(step=step, path=str(path.resolve()))
+            self._session.send_notice(trainer_pb2.TrainerSessionRequest(checkpoint_saved=notice))
+        return path
+
+    def restore(
+        self, model: nn.Module | None, optimizer: torch.optim.Optimizer | None = None
+    ) -> int:
+        """Resume from the newest checkpoint when resuming; returns its step, 0 on a fresh start.
+
+        Resuming means MLSCHED_RESUME=1 in the cluster, `init(resume=True)` locally; on a
+        fresh start no file is read. Loads the model and optimizer state and every RNG state;
+        the batch size and `extra` saved with it are in `restored` / `load_extra()`. Every
+        rank reads the same file (written by rank 0), so every rank gets rank 0's RNG state.
+        Tells the agent `Restored(step)`.
+        """
+        info: RestoreInfo | None = None
+        if self._resume:
+            loaded = None if self._store is None else self._store.load_latest()
+            if loaded is None:
+                log.warning("resume requested but no checkpoint found in %s", self.checkpoint_dir)
+            else:
+                path, payload = loaded
+                if model is not None:
+                    distributed.unwrap_model(model).load_state_dict(payload["model"])
+                if optimizer is not None:
+                    if payload.get("optimizer") is None:
+                        log.warning("checkpoint %s holds no optimizer state", path)
+                    else:
+                        optimizer.load_state_dict(payload["optimizer"])
+                restore_rng(payload.get("rng") or {})
+                info = RestoreInfo(
+                    step=int(payload["step"]),
+                    path=path,
+                    batch_size=payload.get("batch_size"),
+                    extra=payload.get("extra") or {},
+                )
+                log.info("restored step %d from %s", info.step, path)
+        self._restored = info
+        self._restored_step = 0 if info is None else info.step
+        self._step = self._restored_step
+        self._criteria_reason = self.criteria.check(self._step, self._metrics)
+        if info is not None and info.batch_size:
+            self._current_batch_size = info.batch_size
+        self._send_restored(self._restored_step, only_if_unsent=False)
+        return self._restored_step
+
+    # ------------------------------------------------------------ distributed
+
+    def init_process_group(
+        self, backend: str | None = None, timeout: timedelta | None = None
+    ) -> bool:
+        """Join the torch.distributed `env://` process group when WORLD_SIZE > 1.
+
+        Backend: NCCL when `device` is a GPU, else gloo. The group is destroyed when the
+        context exits. Returns whether a process group of more than one process is active.
+        """
+        if self.world_size > 1 and distributed.init_process_group(self.device, backend, timeout):
+            self._owns_process_group = True
+        return distributed.is_active()

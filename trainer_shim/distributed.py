@@ -1,0 +1,80 @@
+"""torch.distributed helpers: process-group setup and the small collectives behind the
+rank-consistent `should_stop`/`should_suspend`/`requested_batch_size` decisions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+__all__ = [
+    "any_rank",
+    "destroy_process_group",
+    "from_rank0",
+    "init_process_group",
+    "is_active",
+    "unwrap_model",
+]
+
+
+def is_active() -> bool:
+    """True inside an initialised process group of more than one process."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def _collective_device() -> torch.device:
+    backend = str(dist.get_backend())
+    if "nccl" in backend and "gloo" not in backend:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def any_rank(flag: bool) -> bool:
+    """Collective: True on every rank when `flag` is True on at least one rank."""
+    tensor = torch.tensor([int(flag)], dtype=torch.int32, device=_collective_device())
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())
+
+
+def from_rank0(value: int) -> int:
+    """Collective: rank 0's `value`, on every rank."""
+    tensor = torch.tensor([value], dtype=torch.int64, device=_collective_device())
+    dist.broadcast(tensor, src=0)
+    return int(tensor.item())
+
+
+def init_process_group(
+    device: torch.device,
+    backend: str | None = None,
+    timeout: timedelta | None = None,
+) -> bool:
+    """Join the `env://` process group; returns whether this call created it.
+
+    The backend defaults to NCCL when `device` is a CUDA device, else gloo. Call only when
+    WORLD_SIZE > 1 (the caller checks); a group that already exists is left alone.
+    """
+    if dist.is_initialized():
+        return False
+    if backend is None:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    kwargs = {} if timeout is None else {"timeout": timeout}
+    dist.init_process_group(backend=backend, init_method="env://", **kwargs)
+    return True
+
+
+def destroy_process_group() -> None:
+    """Leave the default process group if one exists."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The module inside DistributedDataParallel/DataParallel wrappers, so checkpoints carry
+    the same keys whatever the world size."""
+    while isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+        model = model.module
+    return model
