@@ -115,6 +115,12 @@ class AgentEvents:
             changed = True
             if report.checkpoint_step > job.checkpoint_step:
                 job.checkpoint_step = report.checkpoint_step
+                self.state.emit(
+                    "checkpoint_saved",
+                    f"step {report.checkpoint_step}",
+                    job_id=job.id,
+                    node_id=task.node_id,
+                )
         if report.restored and report.restored_step != task.restored_step:
             task.restored_step = report.restored_step
             changed = True

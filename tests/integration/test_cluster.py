@@ -38,7 +38,7 @@ def test_lease_boundary_suspends_and_resumes_on_the_other_node(
     make_cluster, example_spec, wait_job, ended
 ):
     timing = ClusterTiming(
-        lease_s=5.0,
+        lease_s=8.0,
         cycle_s=0.3,
         heartbeat_interval_s=0.5,
         heartbeat_timeout_s=10.0,

@@ -1,0 +1,291 @@
+"""NodeAgent: composes the task table, trainer service, controller link and periodic events."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import threading
+from typing import IO
+
+import psutil
+
+import mlsched
+from nodeagent.clock import Clock, SystemClock
+from nodeagent.config import AgentConfig, ConfigError
+from nodeagent.controller_link import ControllerLink
+from nodeagent.events import EventLoop, PeriodicEvent
+from nodeagent.gpus import GpuBackend, detect_gpus
+from nodeagent.metrics import NodeMetricsSampler, TaskMetricsSampler
+from nodeagent.model import (
+    LaunchRequest,
+    LogsResult,
+    ProgressInfo,
+    Registration,
+    TaskRef,
+    TaskStatusInfo,
+    TrainerCommand,
+)
+from nodeagent.tasks import NodeShape, TaskManager
+from nodeagent.trainer_service import TrainerServer
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FATAL = 2
+PROGRESS_FLUSH_INTERVAL_S = 0.25
+
+
+class NodeAgent:
+    """One node agent.
+
+    ``run()`` blocks until ``stop()`` (call it from a signal handler or another thread) or a
+    fatal controller error, and returns the process exit code. Stopping is a drain: the
+    controller session and the trainer service close, but task processes keep running; the next
+    agent run re-adopts them from the records in the state directory.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        clock: Clock | None = None,
+        gpus: GpuBackend | None = None,
+    ) -> None:
+        """``gpus`` replaces GPU detection (tests); ``clock`` replaces the real clock."""
+        config.validate()
+        self._config = config
+        self._paths = config.paths()
+        self._clock = clock or SystemClock()
+        self._gpus_override = gpus
+        self._stop_requested = threading.Event()
+        self._fatal: str | None = None
+        self._started = False
+        self._lock_fd: IO[str] | None = None
+        self._gpus: GpuBackend | None = None
+        self._tasks: TaskManager | None = None
+        self._trainer: TrainerServer | None = None
+        self._link: ControllerLink | None = None
+        self._loop: EventLoop | None = None
+        self._node_sampler: NodeMetricsSampler | None = None
+        self._task_sampler: TaskMetricsSampler | None = None
+
+    # ------------------------------------------------------------- lifecycle
+
+    @property
+    def fatal_error(self) -> str | None:
+        """Why the agent gave up, if it did."""
+        return self._fatal
+
+    @property
+    def tasks(self) -> TaskManager:
+        """The task table (after start)."""
+        if self._tasks is None:
+            raise RuntimeError("the agent is not started")
+        return self._tasks
+
+    def start(self) -> None:
+        """Start every component; raises ConfigError/GpuConfigError/OSError when it cannot."""
+        cfg, paths = self._config, self._paths
+        paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        paths.tasks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        paths.logs_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_state_dir()
+        try:
+            self._gpus = self._gpus_override or detect_gpus(cfg.gpus)
+            infos = self._gpus.infos()
+            node = NodeShape(
+                node_id=cfg.node_id,
+                virtual_gpu_indices=self._gpus.virtual_indices(),
+                gpu_slots=len(infos),
+                cpu_count=os.cpu_count() or 1,
+            )
+            self._tasks = TaskManager(
+                paths=paths,
+                node=node,
+                events=_LinkEvents(self),
+                suspend_grace_s=cfg.suspend_grace_s,
+                kill_grace_s=cfg.kill_grace_s,
+                progress_min_interval_s=cfg.progress_min_interval_s,
+                clock=self._clock,
+            )
+            adopted = self._tasks.adopt_existing()
+            if adopted:
+                log.info("re-adopted %d running task(s) from a previous run", adopted)
+            self._trainer = TrainerServer(
+                self._tasks, cfg.trainer_listen, paths.trainer_address_file
+            )
+            self._tasks.set_trainer_address(self._trainer.start())
+            self._node_sampler = NodeMetricsSampler(self._gpus, self._clock)
+            self._task_sampler = TaskMetricsSampler(self._gpus, self._clock)
+            self._loop = EventLoop(
+                [
+                    PeriodicEvent("task-poll", cfg.task_poll_interval_s, self._tasks.poll),
+                    PeriodicEvent(
+                        "progress-flush", PROGRESS_FLUSH_INTERVAL_S, self._tasks.flush_progress
+                    ),
+                    PeriodicEvent("metrics", cfg.metrics_interval_s, self._report_metrics),
+                ],
+                self._clock,
+            )
+            self._loop.start()
+            self._link = ControllerLink(
+                cfg.controller,
+                cfg.join_token,
+                _LinkHandler(self),
+                self._on_fatal,
+                reconnect_initial_s=cfg.reconnect_initial_s,
+                reconnect_max_s=cfg.reconnect_max_s,
+                clock=self._clock,
+            )
+            self._link.start()
+        except BaseException:
+            self._shutdown()
+            raise
+        self._started = True
+        log.info(
+            "node agent %s started: %d GPU slot(s) (%d virtual), controller %s, state in %s",
+            cfg.node_id,
+            len(infos),
+            len(self._gpus.virtual_indices()),
+            cfg.controller,
+            paths.state_dir,
+        )
+
+    def run(self) -> int:
+        """Start (unless started), block until stopped, drain; returns the exit code."""
+        if not self._started:
+            self.start()
+        try:
+            while not self._stop_requested.wait(0.5):
+                pass
+        finally:
+            self._shutdown()
+        return EXIT_FATAL if self._fatal else EXIT_OK
+
+    def stop(self) -> None:
+        """Ask ``run()`` to return (safe from a signal handler)."""
+        self._stop_requested.set()
+
+    def close(self) -> None:
+        """Stop and drain without ``run()`` (when started with ``start()``)."""
+        self._stop_requested.set()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        """The drain hook: stop talking, leave task processes running, release the state dir."""
+        if self._link is not None:
+            self._link.stop()
+            self._link = None
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
+        if self._trainer is not None:
+            self._trainer.stop()
+            self._trainer = None
+        if self._tasks is not None and self._started:
+            running = len(self._tasks.running())
+            if running:
+                log.info("agent stopping; %d task(s) left running for the next agent run", running)
+        if self._gpus is not None and self._gpus_override is None:
+            self._gpus.close()
+        self._gpus = None
+        self._started = False
+        if self._lock_fd is not None:
+            self._lock_fd.close()
+            self._lock_fd = None
+
+    def _lock_state_dir(self) -> None:
+        fd = open(self._paths.lock_file, "a+")  # noqa: SIM115 - held for the agent's lifetime
+        try:
+            fcntl.flock(fd.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fd.close()
+            raise ConfigError(
+                f"another agent is using the state directory {self._paths.state_dir}"
+            ) from None
+        self._lock_fd = fd
+
+    def _on_fatal(self, message: str) -> None:
+        self._fatal = message
+        self._stop_requested.set()
+
+    # ------------------------------------------------------------- reporting
+
+    def _report_metrics(self) -> None:
+        if self._tasks is None or self._node_sampler is None or self._task_sampler is None:
+            return
+        node = self._node_sampler.sample(self._tasks.busy_gpus())
+        tasks = self._task_sampler.sample(self._tasks.running())
+        if self._link is not None and self._link.connected:
+            self._link.send_metrics(node, tasks)
+
+    def _registration(self) -> Registration:
+        assert self._tasks and self._gpus
+        cfg = self._config
+        return Registration(
+            node_id=cfg.node_id,
+            address=cfg.advertise_address,
+            hostname=socket.gethostname(),
+            gpus=tuple(self._gpus.infos()),
+            cpu_count=os.cpu_count() or 1,
+            memory_total_bytes=int(psutil.virtual_memory().total),
+            tasks=tuple(self._tasks.statuses()),
+            agent_version=mlsched.__version__,
+        )
+
+    def _on_registered(self, heartbeat_interval_s: float) -> None:
+        if heartbeat_interval_s > 0 and self._loop is not None:
+            interval = min(self._config.metrics_interval_s, heartbeat_interval_s)
+            self._loop.set_interval("metrics", interval)
+
+
+class _LinkEvents:
+    """TaskEvents that go to the controller link."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self._agent = agent
+
+    def task_status(self, status: TaskStatusInfo) -> None:
+        link = self._agent._link
+        if link is not None:
+            link.send_status(status)
+
+    def task_progress(self, ref: TaskRef, progress: ProgressInfo) -> None:
+        link = self._agent._link
+        if link is not None:
+            link.send_progress(ref, progress)
+
+
+class _LinkHandler:
+    """ControllerHandler that acts on the agent's task table."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self._agent = agent
+
+    def registration(self) -> Registration:
+        return self._agent._registration()
+
+    def on_registered(self, node_id: str, heartbeat_interval_s: float) -> None:
+        if node_id and node_id != self._agent._config.node_id:
+            log.warning("the controller registered this agent as %s", node_id)
+        self._agent._on_registered(heartbeat_interval_s)
+
+    def launch(self, request: LaunchRequest) -> None:
+        self._agent.tasks.launch(request)
+
+    def suspend(self, ref: TaskRef, grace_s: float, reason: str) -> None:
+        self._agent.tasks.suspend(ref, grace_s, reason)
+
+    def kill(self, ref: TaskRef, reason: str) -> None:
+        self._agent.tasks.kill(ref, reason)
+
+    def trainer_command(self, ref: TaskRef, command: TrainerCommand) -> None:
+        self._agent.tasks.trainer_command(ref, command)
+
+    def fetch_logs(self, ref: TaskRef, max_bytes: int) -> LogsResult:
+        return self._agent.tasks.fetch_logs(ref.job_id, ref.rank, max_bytes)
+
+    def ack(self, ref: TaskRef) -> None:
+        self._agent.tasks.ack(ref)

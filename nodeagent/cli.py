@@ -1,0 +1,192 @@
+"""The ``agent`` command: ``mlsched agent ...`` (and ``python -m nodeagent ...``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from nodeagent.config import AgentConfig, ConfigError
+from nodeagent.gpus import GpuConfigError
+
+log = logging.getLogger(__name__)
+
+JOIN_TOKEN_ENV = "MLSCHED_JOIN_TOKEN"
+CONTROLLER_ENV = "MLSCHED_CONTROLLER"
+EXIT_CONFIG = 1
+
+
+def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the agent's flags to ``parser`` (destinations are prefixed ``agent_``)."""
+    parser.add_argument(
+        "--controller",
+        dest="agent_controller",
+        metavar="HOST:PORT",
+        help=f"the controller's agent endpoint (default: ${CONTROLLER_ENV})",
+    )
+    parser.add_argument(
+        "--join-token",
+        dest="agent_join_token",
+        metavar="TOKEN",
+        help=f"cluster join token (prefer --join-token-file or ${JOIN_TOKEN_ENV}: "
+        "a flag is visible to other users in the process list)",
+    )
+    parser.add_argument(
+        "--join-token-file",
+        dest="agent_join_token_file",
+        metavar="PATH",
+        type=Path,
+        help="file with the join token",
+    )
+    parser.add_argument(
+        "--node-id", dest="agent_node_id", metavar="ID", help="node id (default: the hostname)"
+    )
+    parser.add_argument(
+        "--state-dir",
+        dest="agent_state_dir",
+        metavar="DIR",
+        type=Path,
+        help="records, logs, trainer address file (default: /var/lib/mlsched/agent/<node-id> "
+        "as root, else ~/.local/state/mlsched/agent/<node-id>)",
+    )
+    parser.add_argument(
+        "--checkpoint-root",
+        dest="agent_checkpoint_root",
+        metavar="DIR",
+        type=Path,
+        help="checkpoint directory shared by every node (default: <state-dir>/checkpoints, "
+        "only right for a single-machine cluster)",
+    )
+    parser.add_argument(
+        "--gpus",
+        dest="agent_gpus",
+        type=int,
+        metavar="N",
+        help="GPU slots: the first N NVML GPUs, or N virtual slots (train on CPU) when NVML "
+        "finds none (default: every NVML GPU)",
+    )
+    parser.add_argument(
+        "--advertise-address",
+        dest="agent_advertise_address",
+        metavar="HOST",
+        default="127.0.0.1",
+        help="address other nodes use to reach this one, e.g. as MASTER_ADDR (default: "
+        "127.0.0.1, single-machine clusters only)",
+    )
+    parser.add_argument(
+        "--metrics-interval",
+        dest="agent_metrics_interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="metrics report (heartbeat) period (default: 5)",
+    )
+    parser.add_argument(
+        "--suspend-grace",
+        dest="agent_suspend_grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="default suspend grace before SIGTERM, and again before SIGKILL (default: 30)",
+    )
+    parser.add_argument(
+        "--trainer-listen",
+        dest="agent_trainer_listen",
+        default="127.0.0.1:0",
+        metavar="HOST:PORT",
+        help="where trainers reach the agent (default: 127.0.0.1:0, any free port)",
+    )
+
+
+def add_agent_command(subparsers: Any) -> None:
+    """Register the ``agent`` subcommand on an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "agent",
+        help="run the node agent on a GPU server",
+        description="Run the mlsched node agent until SIGTERM/SIGINT. Stopping the agent leaves "
+        "training processes running; a restarted agent re-adopts them.",
+    )
+    add_agent_arguments(parser)
+    parser.set_defaults(func=run_from_args)
+
+
+def _join_token(args: argparse.Namespace) -> str:
+    if args.agent_join_token:
+        return str(args.agent_join_token)
+    if args.agent_join_token_file:
+        try:
+            return Path(args.agent_join_token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the join token file: {exc}") from None
+    return os.environ.get(JOIN_TOKEN_ENV, "")
+
+
+def config_from_args(args: argparse.Namespace) -> AgentConfig:
+    """Build and validate an AgentConfig from parsed arguments."""
+    controller = (
+        args.agent_controller
+        or getattr(args, "controller", None)
+        or os.environ.get(CONTROLLER_ENV, "")
+    )
+    config = AgentConfig(
+        controller=controller,
+        join_token=_join_token(args),
+        state_dir=args.agent_state_dir,
+        checkpoint_root=args.agent_checkpoint_root,
+        advertise_address=args.agent_advertise_address,
+        gpus=args.agent_gpus,
+        metrics_interval_s=args.agent_metrics_interval,
+        suspend_grace_s=args.agent_suspend_grace,
+        trainer_listen=args.agent_trainer_listen,
+    )
+    if args.agent_node_id:
+        config.node_id = args.agent_node_id
+    config.validate()
+    return config
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run the agent until SIGTERM/SIGINT; returns the process exit code."""
+    from nodeagent.agent import NodeAgent
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"mlsched agent: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if not config.join_token:
+        log.warning("no join token given (--join-token-file or %s)", JOIN_TOKEN_ENV)
+    agent = NodeAgent(config)
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda signum, frame: agent.stop())
+    try:
+        try:
+            agent.start()
+        except (ConfigError, GpuConfigError, OSError) as exc:
+            log.error("cannot start the agent: %s", exc)
+            return EXIT_CONFIG
+        code = agent.run()
+        if agent.fatal_error:
+            print(f"mlsched agent: {agent.fatal_error}", file=sys.stderr)
+        return code
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m nodeagent``: the agent flags without a subcommand."""
+    parser = argparse.ArgumentParser(prog="python -m nodeagent", description="mlsched node agent")
+    add_agent_arguments(parser)
+    return run_from_args(parser.parse_args(argv))

@@ -1,0 +1,93 @@
+"""Configuration of a node agent."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodeagent.paths import AgentPaths, is_safe_component
+
+
+class ConfigError(ValueError):
+    """The agent cannot start with this configuration."""
+
+
+def default_state_base() -> Path:
+    """``/var/lib/mlsched/agent`` for root, else ``$XDG_STATE_HOME/mlsched/agent``."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        return Path("/var/lib/mlsched/agent")
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "mlsched" / "agent"
+
+
+@dataclass
+class AgentConfig:
+    """Settings of one node agent.
+
+    Attributes:
+        controller: gRPC target of the controller's AgentService (``host:port``).
+        join_token: cluster join token, sent as ``mlsched-join-token`` metadata.
+        node_id: this node's id; defaults to the hostname.
+        state_dir: task records, logs and the trainer address file; defaults to
+            ``<default_state_base()>/<node_id>`` so several agents can share one machine.
+        checkpoint_root: directory every node mounts (job checkpoints live in
+            ``<checkpoint_root>/<job_id>``); defaults to ``<state_dir>/checkpoints``, which is only
+            right when the whole cluster is this one machine.
+        advertise_address: address other nodes use to reach this one (MASTER_ADDR when a rank-0
+            task runs here). The default 127.0.0.1 only works for a single-machine cluster.
+        gpus: ``None``: use the GPUs NVML finds (error when there are none). ``N``: with NVML GPUs,
+            use the first N of them; without, run N virtual slots (tasks train on CPU).
+        metrics_interval_s: MetricsReport period; the report is also the heartbeat.
+        suspend_grace_s: default grace of a suspension when the controller gives none: SuspendNow,
+            then SIGTERM after the grace, then SIGKILL after the same grace again.
+        kill_grace_s: grace between SIGTERM and SIGKILL when killing a task.
+        trainer_listen: where the TrainerService listens (``host:port``; port 0 picks one).
+        reconnect_initial_s: first delay before reconnecting to the controller.
+        reconnect_max_s: cap of the exponential reconnect backoff.
+        progress_min_interval_s: at most one ProgressReport per task per this interval.
+        task_poll_interval_s: how often task processes are checked for exits and escalations.
+    """
+
+    controller: str
+    join_token: str = ""
+    node_id: str = field(default_factory=socket.gethostname)
+    state_dir: Path | None = None
+    checkpoint_root: Path | None = None
+    advertise_address: str = "127.0.0.1"
+    gpus: int | None = None
+    metrics_interval_s: float = 5.0
+    suspend_grace_s: float = 30.0
+    kill_grace_s: float = 5.0
+    trainer_listen: str = "127.0.0.1:0"
+    reconnect_initial_s: float = 0.5
+    reconnect_max_s: float = 30.0
+    progress_min_interval_s: float = 1.0
+    task_poll_interval_s: float = 0.2
+
+    def validate(self) -> None:
+        """Raise ConfigError when a setting is unusable."""
+        if not self.controller:
+            raise ConfigError("the controller address is required (--controller host:port)")
+        if not is_safe_component(self.node_id):
+            raise ConfigError(f"invalid node id {self.node_id!r}")
+        if self.gpus is not None and self.gpus < 0:
+            raise ConfigError("--gpus must be >= 0")
+        for name in ("metrics_interval_s", "task_poll_interval_s", "reconnect_initial_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0")
+        for name in ("suspend_grace_s", "kill_grace_s", "progress_min_interval_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0")
+        if self.reconnect_max_s < self.reconnect_initial_s:
+            raise ConfigError("reconnect_max_s must be >= reconnect_initial_s")
+        if not self.trainer_listen or ":" not in self.trainer_listen:
+            raise ConfigError("trainer_listen must be host:port")
+
+    def paths(self) -> AgentPaths:
+        """The file layout, with the documented defaults filled in."""
+        state_dir = Path(self.state_dir) if self.state_dir else default_state_base() / self.node_id
+        state_dir = state_dir.expanduser().absolute()
+        root = Path(self.checkpoint_root) if self.checkpoint_root else state_dir / "checkpoints"
+        return AgentPaths(state_dir=state_dir, checkpoint_root=root.expanduser().absolute())

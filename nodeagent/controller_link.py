@@ -1,0 +1,306 @@
+"""The AgentSession stream to the controller: registration, reports, commands, reconnection."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+import grpc
+
+from mlsched.v1 import agent_pb2, agent_pb2_grpc
+from nodeagent import convert
+from nodeagent.clock import Clock, SystemClock
+from nodeagent.model import (
+    LaunchRequest,
+    LogsResult,
+    NodeMetrics,
+    ProgressInfo,
+    Registration,
+    TaskMetrics,
+    TaskRef,
+    TaskStatusInfo,
+    TrainerCommand,
+)
+
+log = logging.getLogger(__name__)
+
+JOIN_TOKEN_KEY = "mlsched-join-token"
+MAX_PENDING = 10_000
+FATAL_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+
+
+class ControllerHandler(Protocol):
+    """What the link asks of the agent."""
+
+    def registration(self) -> Registration:
+        """The RegisterAgent content, built at (re)connection time."""
+        ...
+
+    def on_registered(self, node_id: str, heartbeat_interval_s: float) -> None:
+        """The controller accepted the registration."""
+        ...
+
+    def launch(self, request: LaunchRequest) -> None:
+        """LaunchTask."""
+        ...
+
+    def suspend(self, ref: TaskRef, grace_s: float, reason: str) -> None:
+        """SuspendTask."""
+        ...
+
+    def kill(self, ref: TaskRef, reason: str) -> None:
+        """KillTask."""
+        ...
+
+    def trainer_command(self, ref: TaskRef, command: TrainerCommand) -> None:
+        """A command to relay to the task's trainer (also LeaseUpdate as LeaseNotice)."""
+        ...
+
+    def fetch_logs(self, ref: TaskRef, max_bytes: int) -> LogsResult:
+        """FetchLogs."""
+        ...
+
+    def ack(self, ref: TaskRef) -> None:
+        """TaskStatusAck."""
+        ...
+
+
+class Outbox:
+    """The request iterator of one session: a queue that can be closed.
+
+    It holds back everything until ``start(first)`` puts the first message (RegisterAgent) in
+    front, so messages queued meanwhile follow it. Iteration ends when closed.
+    """
+
+    def __init__(self, max_pending: int = MAX_PENDING) -> None:
+        self._cond = threading.Condition()
+        self._queue: deque[agent_pb2.AgentSessionRequest] = deque()
+        self._held = True
+        self._closed = False
+        self._max_pending = max_pending
+
+    def put(self, message: agent_pb2.AgentSessionRequest, *, droppable: bool = False) -> bool:
+        """Queue a message; ``droppable`` ones are dropped when the queue is full."""
+        with self._cond:
+            if self._closed or (droppable and len(self._queue) >= self._max_pending):
+                return False
+            self._queue.append(message)
+            self._cond.notify()
+            return True
+
+    def start(self, first: agent_pb2.AgentSessionRequest) -> None:
+        """Put ``first`` in front and release the queue."""
+        with self._cond:
+            self._queue.appendleft(first)
+            self._held = False
+            self._cond.notify()
+
+    def close(self) -> None:
+        """End the iteration (the client half-closes the stream)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def __iter__(self) -> Outbox:
+        return self
+
+    def __next__(self) -> agent_pb2.AgentSessionRequest:
+        with self._cond:
+            while not self._closed and (self._held or not self._queue):
+                self._cond.wait()
+            if self._closed:
+                raise StopIteration
+            return self._queue.popleft()
+
+
+class ControllerLink:
+    """Keeps one AgentSession open, reconnecting with capped exponential backoff.
+
+    Messages sent while disconnected are dropped: every (re)registration carries the current
+    status of every task, including ended ones not acknowledged yet. A session refused with
+    UNAUTHENTICATED or PERMISSION_DENIED (wrong join token) is fatal: ``on_fatal`` is called and
+    the link stops.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        join_token: str,
+        handler: ControllerHandler,
+        on_fatal: Callable[[str], None],
+        *,
+        reconnect_initial_s: float = 0.5,
+        reconnect_max_s: float = 30.0,
+        clock: Clock | None = None,
+    ) -> None:
+        self._address = address
+        self._join_token = join_token
+        self._handler = handler
+        self._on_fatal = on_fatal
+        self._initial_s = reconnect_initial_s
+        self._max_s = reconnect_max_s
+        self._clock = clock or SystemClock()
+        self._lock = threading.Lock()
+        self._outbox: Outbox | None = None
+        self._call: grpc.Future | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------- sending
+
+    @property
+    def connected(self) -> bool:
+        """True while a session is open (or opening)."""
+        with self._lock:
+            return self._outbox is not None
+
+    def send(self, message: agent_pb2.AgentSessionRequest, *, droppable: bool = False) -> bool:
+        """Queue a message on the current session; False when there is none."""
+        with self._lock:
+            outbox = self._outbox
+            return outbox.put(message, droppable=droppable) if outbox is not None else False
+
+    def send_status(self, status: TaskStatusInfo) -> None:
+        """Report a task status."""
+        self.send(convert.status_request(status))
+
+    def send_progress(self, ref: TaskRef, progress: ProgressInfo) -> None:
+        """Relay a progress report."""
+        self.send(convert.progress_request(ref, progress), droppable=True)
+
+    def send_metrics(self, node: NodeMetrics, tasks: list[TaskMetrics]) -> bool:
+        """Send a MetricsReport (the heartbeat)."""
+        return self.send(convert.metrics_request(node, tasks), droppable=True)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Connect in a background thread."""
+        self._thread = threading.Thread(target=self._run, name="controller-link", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Close the session and stop reconnecting."""
+        self._stopping.set()
+        with self._lock:
+            outbox, call = self._outbox, self._call
+        if outbox is not None:
+            outbox.close()
+        if call is not None:
+            call.cancel()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        delay = self._initial_s
+        while not self._stopping.is_set():
+            started = self._clock.monotonic()
+            try:
+                healthy = self._session()
+            except _FatalError as exc:
+                log.error("%s", exc)
+                self._on_fatal(str(exc))
+                return
+            except Exception:
+                log.exception("controller session crashed")
+                healthy = False
+            if self._stopping.is_set():
+                return
+            if healthy or self._clock.monotonic() - started >= self._max_s:
+                delay = self._initial_s
+            wait = delay * random.uniform(0.8, 1.2)
+            log.info("reconnecting to the controller at %s in %.1fs", self._address, wait)
+            self._stopping.wait(wait)
+            delay = min(delay * 2, self._max_s)
+
+    def _session(self) -> bool:
+        """One session; returns True when the controller answered at all."""
+        options = [
+            ("grpc.initial_reconnect_backoff_ms", int(self._initial_s * 1000)),
+            ("grpc.min_reconnect_backoff_ms", int(self._initial_s * 1000)),
+            ("grpc.max_reconnect_backoff_ms", int(self._max_s * 1000)),
+        ]
+        channel = grpc.insecure_channel(self._address, options=options)
+        outbox = Outbox()
+        with self._lock:
+            self._outbox = outbox
+        healthy = False
+        try:
+            outbox.start(convert.register_request(self._handler.registration()))
+            stub = agent_pb2_grpc.AgentServiceStub(channel)
+            call = stub.AgentSession(outbox, metadata=((JOIN_TOKEN_KEY, self._join_token),))
+            with self._lock:
+                self._call = call
+            if self._stopping.is_set():
+                call.cancel()
+            for response in call:
+                healthy = True
+                self._dispatch(response)
+            log.warning("the controller closed the session")
+        except grpc.RpcError as exc:
+            code = exc.code() if hasattr(exc, "code") else None
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            if code in FATAL_CODES:
+                raise _FatalError(
+                    f"the controller at {self._address} refused this agent "
+                    f"({code.name}: {details}); check the join token "
+                    "(--join-token, --join-token-file or MLSCHED_JOIN_TOKEN)"
+                ) from None
+            if not self._stopping.is_set():
+                name = code.name if code is not None else "error"
+                log.warning("controller session at %s lost: %s: %s", self._address, name, details)
+        finally:
+            with self._lock:
+                self._outbox = None
+                self._call = None
+            outbox.close()
+            channel.close()
+        return healthy
+
+    # ------------------------------------------------------------ commands
+
+    def _dispatch(self, response: agent_pb2.AgentSessionResponse) -> None:
+        kind = response.WhichOneof("message")
+        try:
+            self._handle(kind, response)
+        except Exception:
+            log.exception("cannot handle %s from the controller", kind)
+
+    def _handle(self, kind: str | None, response: agent_pb2.AgentSessionResponse) -> None:
+        handler = self._handler
+        if kind == "registered":
+            reg = response.registered
+            log.info("registered with the controller at %s as %s", self._address, reg.node_id)
+            handler.on_registered(reg.node_id, reg.heartbeat_interval_s)
+        elif kind == "launch":
+            handler.launch(convert.launch_from_pb(response.launch))
+        elif kind == "suspend":
+            msg = response.suspend
+            handler.suspend(convert.task_ref_from_pb(msg.task), msg.grace_s, msg.reason)
+        elif kind == "kill":
+            handler.kill(convert.task_ref_from_pb(response.kill.task), response.kill.reason)
+        elif kind == "lease":
+            ref = convert.task_ref_from_pb(response.lease.task)
+            handler.trainer_command(ref, convert.lease_from_pb(response.lease))
+        elif kind == "trainer_command":
+            command = convert.trainer_command_from_pb(response.trainer_command)
+            if command is not None:
+                handler.trainer_command(
+                    convert.task_ref_from_pb(response.trainer_command.task), command
+                )
+        elif kind == "fetch_logs":
+            msg = response.fetch_logs
+            result = handler.fetch_logs(convert.task_ref_from_pb(msg.task), msg.max_bytes)
+            self.send(convert.logs_request(msg.request_id, result))
+        elif kind == "ack":
+            handler.ack(convert.task_ref_from_pb(response.ack.task))
+        else:
+            log.warning("ignoring an unknown message from the controller (%s)", kind)
+
+
+class _FatalError(Exception):
+    """The controller refused this agent; retrying cannot help."""

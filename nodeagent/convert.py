@@ -1,0 +1,248 @@
+"""Conversions between protobuf messages and the agent's dataclasses (the only such module)."""
+
+from __future__ import annotations
+
+import logging
+from types import MappingProxyType
+
+from mlsched.v1 import agent_pb2, common_pb2, trainer_pb2
+from nodeagent.model import (
+    BatchSizeCommand,
+    GpuInfo,
+    GpuMetrics,
+    LaunchRequest,
+    LeaseCommand,
+    LogsResult,
+    NodeMetrics,
+    ProgressInfo,
+    Registration,
+    StopCommand,
+    SuspendCommand,
+    TargetMetric,
+    TaskMetrics,
+    TaskRef,
+    TaskStatusInfo,
+    TrainerCommand,
+)
+
+log = logging.getLogger(__name__)
+
+_GOALS = MappingProxyType(
+    {common_pb2.METRIC_GOAL_MAXIMIZE: "max", common_pb2.METRIC_GOAL_MINIMIZE: "min"}
+)
+
+
+def task_ref_from_pb(msg: agent_pb2.TaskRef) -> TaskRef:
+    """TaskRef message to dataclass."""
+    return TaskRef(msg.job_id, msg.rank, msg.attempt)
+
+
+def task_ref_to_pb(ref: TaskRef) -> agent_pb2.TaskRef:
+    """TaskRef dataclass to message."""
+    return agent_pb2.TaskRef(job_id=ref.job_id, rank=ref.rank, attempt=ref.attempt)
+
+
+def launch_from_pb(msg: agent_pb2.LaunchTask) -> LaunchRequest:
+    """LaunchTask to LaunchRequest (flattening the job spec's stopping criterion).
+
+    A target-metric criterion with an unspecified goal is passed on as ``max`` (with a warning).
+    """
+    spec = msg.spec
+    max_iterations: int | None = None
+    target: TargetMetric | None = None
+    kind = spec.stopping.WhichOneof("criterion")
+    if kind == "iterations":
+        max_iterations = spec.stopping.iterations.iterations or None
+    elif kind == "target_metric":
+        crit = spec.stopping.target_metric
+        goal = _GOALS.get(crit.goal)
+        if goal is None:
+            log.warning("job %s: target metric without a goal; assuming max", msg.task.job_id)
+            goal = "max"
+        target = TargetMetric(crit.metric, crit.target, goal)
+        max_iterations = crit.max_iterations or None
+    return LaunchRequest(
+        ref=task_ref_from_pb(msg.task),
+        command=tuple(spec.command),
+        working_dir=spec.working_dir,
+        env=dict(spec.env),
+        gpu_indices=tuple(msg.gpu_indices),
+        world_size=msg.world_size,
+        local_rank=msg.local_rank,
+        local_world_size=msg.local_world_size,
+        master_addr=msg.master_addr,
+        master_port=msg.master_port,
+        resume=msg.resume,
+        user=msg.user,
+        batch_size=spec.batch_size,
+        max_iterations=max_iterations,
+        target=target,
+    )
+
+
+def task_status_to_pb(status: TaskStatusInfo) -> agent_pb2.TaskStatus:
+    """TaskStatusInfo to TaskStatus."""
+    return agent_pb2.TaskStatus(
+        task=task_ref_to_pb(status.ref),
+        state=int(status.state),
+        exit_code=status.exit_code,
+        message=status.message,
+        checkpoint_step=status.checkpoint_step,
+        restored_step=status.restored_step,
+        pid=status.pid,
+        restored=status.restored,
+    )
+
+
+def gpu_info_to_pb(info: GpuInfo) -> common_pb2.GpuInfo:
+    """GpuInfo dataclass to message."""
+    return common_pb2.GpuInfo(
+        index=info.index,
+        name=info.name,
+        virtual=info.virtual,
+        memory_total_bytes=info.memory_total_bytes,
+    )
+
+
+def gpu_metrics_to_pb(m: GpuMetrics) -> common_pb2.GpuMetrics:
+    """GpuMetrics dataclass to message."""
+    return common_pb2.GpuMetrics(
+        index=m.index,
+        utilization_percent=m.utilization_percent,
+        memory_used_bytes=m.memory_used_bytes,
+        memory_total_bytes=m.memory_total_bytes,
+        virtual=m.virtual,
+    )
+
+
+def node_metrics_to_pb(m: NodeMetrics) -> common_pb2.NodeMetrics:
+    """NodeMetrics dataclass to message."""
+    return common_pb2.NodeMetrics(
+        time=m.time,
+        cpu_percent=m.cpu_percent,
+        memory_used_bytes=m.memory_used_bytes,
+        memory_total_bytes=m.memory_total_bytes,
+        net_rx_bytes_per_s=m.net_rx_bytes_per_s,
+        net_tx_bytes_per_s=m.net_tx_bytes_per_s,
+        gpus=[gpu_metrics_to_pb(g) for g in m.gpus],
+    )
+
+
+def task_metrics_to_pb(m: TaskMetrics) -> common_pb2.TaskMetrics:
+    """TaskMetrics dataclass to message."""
+    return common_pb2.TaskMetrics(
+        job_id=m.ref.job_id,
+        rank=m.ref.rank,
+        attempt=m.ref.attempt,
+        cpu_percent=m.cpu_percent,
+        memory_rss_bytes=m.memory_rss_bytes,
+        gpu_memory_bytes=m.gpu_memory_bytes,
+        net_bytes_per_s=m.net_bytes_per_s,
+    )
+
+
+def progress_from_pb(msg: common_pb2.Progress) -> ProgressInfo:
+    """Progress message to dataclass."""
+    return ProgressInfo(
+        iteration=msg.iteration,
+        loss=msg.loss,
+        metrics=dict(msg.metrics),
+        iteration_time_s=msg.iteration_time_s,
+        batch_size=msg.batch_size,
+        time=msg.time,
+    )
+
+
+def progress_to_pb(p: ProgressInfo) -> common_pb2.Progress:
+    """ProgressInfo dataclass to message."""
+    return common_pb2.Progress(
+        iteration=p.iteration,
+        loss=p.loss,
+        metrics=dict(p.metrics),
+        iteration_time_s=p.iteration_time_s,
+        batch_size=p.batch_size,
+        time=p.time,
+    )
+
+
+def registration_to_pb(r: Registration) -> agent_pb2.RegisterAgent:
+    """Registration dataclass to RegisterAgent."""
+    return agent_pb2.RegisterAgent(
+        node_id=r.node_id,
+        address=r.address,
+        hostname=r.hostname,
+        gpus=[gpu_info_to_pb(g) for g in r.gpus],
+        cpu_count=r.cpu_count,
+        memory_total_bytes=r.memory_total_bytes,
+        tasks=[task_status_to_pb(t) for t in r.tasks],
+        agent_version=r.agent_version,
+    )
+
+
+def metrics_request(node: NodeMetrics, tasks: list[TaskMetrics]) -> agent_pb2.AgentSessionRequest:
+    """A MetricsReport session message."""
+    report = agent_pb2.MetricsReport(
+        node=node_metrics_to_pb(node), tasks=[task_metrics_to_pb(t) for t in tasks]
+    )
+    return agent_pb2.AgentSessionRequest(metrics=report)
+
+
+def status_request(status: TaskStatusInfo) -> agent_pb2.AgentSessionRequest:
+    """A TaskStatus session message."""
+    return agent_pb2.AgentSessionRequest(task_status=task_status_to_pb(status))
+
+
+def progress_request(ref: TaskRef, progress: ProgressInfo) -> agent_pb2.AgentSessionRequest:
+    """A ProgressReport session message."""
+    report = agent_pb2.ProgressReport(task=task_ref_to_pb(ref), progress=progress_to_pb(progress))
+    return agent_pb2.AgentSessionRequest(progress=report)
+
+
+def logs_request(request_id: str, result: LogsResult) -> agent_pb2.AgentSessionRequest:
+    """A LogsReply session message."""
+    reply = agent_pb2.LogsReply(
+        request_id=request_id,
+        content=result.content,
+        truncated=result.truncated,
+        error=result.error,
+    )
+    return agent_pb2.AgentSessionRequest(logs=reply)
+
+
+def register_request(r: Registration) -> agent_pb2.AgentSessionRequest:
+    """A RegisterAgent session message."""
+    return agent_pb2.AgentSessionRequest(register=registration_to_pb(r))
+
+
+def lease_from_pb(msg: agent_pb2.LeaseUpdate) -> LeaseCommand:
+    """LeaseUpdate to the LeaseNotice command for the trainer (renewed only for RENEWED)."""
+    return LeaseCommand(
+        expires_at=msg.expires_at, renewed=msg.status == agent_pb2.LEASE_STATUS_RENEWED
+    )
+
+
+def trainer_command_from_pb(msg: agent_pb2.TrainerCommand) -> TrainerCommand | None:
+    """TrainerCommand (StopTraining / SetBatchSize) to a command; None when empty."""
+    kind = msg.WhichOneof("command")
+    if kind == "stop":
+        return StopCommand(msg.stop.reason)
+    if kind == "set_batch_size":
+        return BatchSizeCommand(msg.set_batch_size.batch_size)
+    return None
+
+
+def trainer_response_to_pb(command: TrainerCommand) -> trainer_pb2.TrainerSessionResponse:
+    """A command to the TrainerSession response that carries it."""
+    if isinstance(command, SuspendCommand):
+        return trainer_pb2.TrainerSessionResponse(
+            suspend=trainer_pb2.SuspendNow(reason=command.reason)
+        )
+    if isinstance(command, StopCommand):
+        return trainer_pb2.TrainerSessionResponse(stop=trainer_pb2.StopNow(reason=command.reason))
+    if isinstance(command, BatchSizeCommand):
+        return trainer_pb2.TrainerSessionResponse(
+            change_batch_size=trainer_pb2.ChangeBatchSize(batch_size=command.batch_size)
+        )
+    return trainer_pb2.TrainerSessionResponse(
+        lease=trainer_pb2.LeaseNotice(expires_at=command.expires_at, renewed=command.renewed)
+    )

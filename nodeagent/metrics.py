@@ -1,0 +1,180 @@
+"""Node and per-task resource sampling (psutil, plus the GPU backend)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+
+import psutil
+
+from nodeagent.clock import Clock, SystemClock
+from nodeagent.gpus import GpuBackend
+from nodeagent.model import NodeMetrics, TaskMetrics, TaskRef
+
+log = logging.getLogger(__name__)
+
+
+def counter_rate(previous: int, current: int, elapsed_s: float) -> float:
+    """Per-second rate between two readings of a byte counter.
+
+    Returns 0 when no time passed or the counter went backwards (interface reset, wrap).
+    """
+    if elapsed_s <= 0 or current < previous:
+        return 0.0
+    return (current - previous) / elapsed_s
+
+
+def read_net_counters() -> tuple[int, int]:
+    """Received and sent bytes summed over every interface except loopback."""
+    rx = tx = 0
+    for name, counters in psutil.net_io_counters(pernic=True).items():
+        if name == "lo" or name.startswith("lo:"):
+            continue
+        rx += counters.bytes_recv
+        tx += counters.bytes_sent
+    return rx, tx
+
+
+def read_memory() -> tuple[int, int]:
+    """Used (total minus available) and total memory in bytes."""
+    vm = psutil.virtual_memory()
+    return int(vm.total - vm.available), int(vm.total)
+
+
+def read_cpu_percent() -> float:
+    """Node CPU utilisation since the previous call (all cores, 0-100)."""
+    return float(psutil.cpu_percent(interval=None))
+
+
+class NodeMetricsSampler:
+    """Samples the node; network rates come from successive counter readings.
+
+    The first sample reports network rates of 0 (no previous reading yet).
+    """
+
+    def __init__(
+        self,
+        gpus: GpuBackend,
+        clock: Clock | None = None,
+        *,
+        net_counters: Callable[[], tuple[int, int]] = read_net_counters,
+        memory: Callable[[], tuple[int, int]] = read_memory,
+        cpu_percent: Callable[[], float] = read_cpu_percent,
+    ) -> None:
+        self._gpus = gpus
+        self._clock = clock or SystemClock()
+        self._net_counters = net_counters
+        self._memory = memory
+        self._cpu_percent = cpu_percent
+        self._last_net: tuple[float, int, int] | None = None
+        self._cpu_percent()  # prime psutil's "since the previous call" baseline
+
+    def sample(self, busy_gpus: Collection[int] = ()) -> NodeMetrics:
+        """Take one sample; ``busy_gpus`` are the slots held by tasks."""
+        now = self._clock.monotonic()
+        rx, tx = self._net_counters()
+        rx_rate = tx_rate = 0.0
+        if self._last_net is not None:
+            then, last_rx, last_tx = self._last_net
+            rx_rate = counter_rate(last_rx, rx, now - then)
+            tx_rate = counter_rate(last_tx, tx, now - then)
+        self._last_net = (now, rx, tx)
+        used, total = self._memory()
+        return NodeMetrics(
+            time=self._clock.time(),
+            cpu_percent=self._cpu_percent(),
+            memory_used_bytes=used,
+            memory_total_bytes=total,
+            net_rx_bytes_per_s=rx_rate,
+            net_tx_bytes_per_s=tx_rate,
+            gpus=tuple(self._gpus.metrics(busy_gpus)),
+        )
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """CPU time and resident memory of one process."""
+
+    pid: int
+    create_time: float
+    cpu_seconds: float
+    rss_bytes: int
+
+
+def read_process_tree(pid: int) -> list[ProcessSample]:
+    """Sample a process and all its descendants; processes that vanish meanwhile are skipped."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    samples = []
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                times = proc.cpu_times()
+                samples.append(
+                    ProcessSample(
+                        proc.pid,
+                        proc.create_time(),
+                        times.user + times.system,
+                        int(proc.memory_info().rss),
+                    )
+                )
+        except psutil.Error:
+            continue
+    return samples
+
+
+class TaskMetricsSampler:
+    """Per-task CPU and memory summed over each task's process tree.
+
+    CPU percent is CPU time consumed between two samples over the elapsed (injected) clock time,
+    in percent of one core; processes seen for the first time contribute from their next sample.
+    """
+
+    def __init__(
+        self,
+        gpus: GpuBackend,
+        clock: Clock | None = None,
+        *,
+        process_tree: Callable[[int], list[ProcessSample]] = read_process_tree,
+    ) -> None:
+        self._gpus = gpus
+        self._clock = clock or SystemClock()
+        self._process_tree = process_tree
+        self._last: dict[TaskRef, tuple[float, dict[tuple[int, float], float]]] = {}
+
+    def sample(self, tasks: Iterable[tuple[TaskRef, int]]) -> list[TaskMetrics]:
+        """Sample each ``(task, root pid)``; forgets tasks no longer listed."""
+        now = self._clock.monotonic()
+        try:
+            gpu_memory = self._gpus.process_memory()
+        except Exception:
+            log.exception("cannot read per-process GPU memory")
+            gpu_memory = {}
+        out = []
+        seen: dict[TaskRef, tuple[float, dict[tuple[int, float], float]]] = {}
+        for ref, pid in tasks:
+            procs = self._process_tree(pid)
+            cpu_now = {(p.pid, p.create_time): p.cpu_seconds for p in procs}
+            percent = 0.0
+            previous = self._last.get(ref)
+            if previous is not None and now > previous[0]:
+                then, cpu_then = previous
+                used = sum(
+                    max(0.0, cpu - cpu_then[key]) for key, cpu in cpu_now.items() if key in cpu_then
+                )
+                percent = 100.0 * used / (now - then)
+            seen[ref] = (now, cpu_now)
+            out.append(
+                TaskMetrics(
+                    ref=ref,
+                    cpu_percent=percent,
+                    memory_rss_bytes=sum(p.rss_bytes for p in procs),
+                    gpu_memory_bytes=sum(gpu_memory.get(p.pid, 0) for p in procs),
+                )
+            )
+        self._last = seen
+        return out

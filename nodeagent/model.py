@@ -1,0 +1,212 @@
+"""Plain data types used inside the agent (protobuf stays at the edges: convert.py)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class TaskState(enum.IntEnum):
+    """Lifecycle of one task attempt; the values equal ``mlsched.v1.TaskState``."""
+
+    UNSPECIFIED = 0
+    LAUNCHING = 1
+    RUNNING = 2
+    SUSPENDING = 3
+    SUSPENDED = 4
+    COMPLETED = 5
+    FAILED = 6
+    KILLED = 7
+    LOST = 8
+
+    @property
+    def is_final(self) -> bool:
+        """True for the states a task attempt ends in."""
+        return self in _FINAL_STATES
+
+
+_FINAL_STATES = frozenset(
+    {TaskState.SUSPENDED, TaskState.COMPLETED, TaskState.FAILED, TaskState.KILLED, TaskState.LOST}
+)
+
+
+@dataclass(frozen=True, order=True)
+class TaskRef:
+    """One attempt of one task (one process of a job)."""
+
+    job_id: str
+    rank: int
+    attempt: int
+
+    @property
+    def task_id(self) -> str:
+        """The ``<job_id>/<rank>/<attempt>`` form used in ``MLSCHED_TASK_ID``."""
+        return f"{self.job_id}/{self.rank}/{self.attempt}"
+
+    @classmethod
+    def parse(cls, task_id: str) -> TaskRef:
+        """Parse ``<job_id>/<rank>/<attempt>``; raises ValueError when malformed."""
+        parts = task_id.split("/")
+        if len(parts) != 3 or not parts[0]:
+            raise ValueError(f"malformed task id {task_id!r}")
+        return cls(parts[0], int(parts[1]), int(parts[2]))
+
+    def __str__(self) -> str:
+        return self.task_id
+
+
+@dataclass(frozen=True)
+class TargetMetric:
+    """Target-metric stopping criterion; ``goal`` is ``"max"`` or ``"min"``."""
+
+    metric: str
+    value: float
+    goal: str
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """Everything the agent needs to start one task attempt."""
+
+    ref: TaskRef
+    command: tuple[str, ...]
+    working_dir: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpu_indices: tuple[int, ...] = ()
+    world_size: int = 1
+    local_rank: int = 0
+    local_world_size: int = 1
+    master_addr: str = ""
+    master_port: int = 0
+    resume: bool = False
+    user: str = ""
+    batch_size: int = 0
+    max_iterations: int | None = None
+    target: TargetMetric | None = None
+
+
+@dataclass(frozen=True)
+class TaskStatusInfo:
+    """What the agent reports about a task attempt."""
+
+    ref: TaskRef
+    state: TaskState
+    exit_code: int = 0
+    message: str = ""
+    checkpoint_step: int = 0
+    restored_step: int = 0
+    pid: int = 0
+    restored: bool = False  # the trainer reported Restored: restored_step is meaningful
+
+
+@dataclass(frozen=True)
+class ProgressInfo:
+    """A progress report from a trainer."""
+
+    iteration: int = 0
+    loss: float = 0.0
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    iteration_time_s: float = 0.0
+    batch_size: int = 0
+    time: float = 0.0
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Static description of one GPU slot."""
+
+    index: int
+    name: str
+    virtual: bool
+    memory_total_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GpuMetrics:
+    """One sample of one GPU slot."""
+
+    index: int
+    utilization_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    virtual: bool
+
+
+@dataclass(frozen=True)
+class NodeMetrics:
+    """One sample of the whole node."""
+
+    time: float
+    cpu_percent: float
+    memory_used_bytes: int
+    memory_total_bytes: int
+    net_rx_bytes_per_s: float
+    net_tx_bytes_per_s: float
+    gpus: tuple[GpuMetrics, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskMetrics:
+    """One sample of one task's process tree."""
+
+    ref: TaskRef
+    cpu_percent: float
+    memory_rss_bytes: int
+    gpu_memory_bytes: int = 0
+    net_bytes_per_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class SuspendCommand:
+    """Ask the trainer to checkpoint at the next step and exit."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class StopCommand:
+    """Ask the trainer to finish now; the job counts as completed."""
+
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class BatchSizeCommand:
+    """Ask the trainer to switch to a new global batch size."""
+
+    batch_size: int
+
+
+@dataclass(frozen=True)
+class LeaseCommand:
+    """Tell the trainer when its lease expires."""
+
+    expires_at: float
+    renewed: bool
+
+
+TrainerCommand = SuspendCommand | StopCommand | BatchSizeCommand | LeaseCommand
+
+
+@dataclass(frozen=True)
+class LogsResult:
+    """The answer to a log fetch."""
+
+    content: str = ""
+    truncated: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What the agent tells the controller when it (re)registers."""
+
+    node_id: str
+    address: str
+    hostname: str
+    gpus: tuple[GpuInfo, ...]
+    cpu_count: int
+    memory_total_bytes: int
+    tasks: tuple[TaskStatusInfo, ...]
+    agent_version: str

@@ -1,0 +1,87 @@
+"""The environment of a task process (docs/task-environment.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from nodeagent.model import LaunchRequest
+
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    """What the agent adds to a launch request to build the environment."""
+
+    token: str
+    agent_addr: str
+    agent_addr_file: str
+    checkpoint_dir: str
+    exit_file: str
+    virtual_gpus: bool  # the task's GPUs are virtual slots
+    cpu_count: int
+    node_gpu_slots: int
+    master_port: int
+
+
+def omp_threads(cpu_count: int, task_gpus: int, node_gpu_slots: int) -> int:
+    """CPU threads for a task: the node's cores per GPU slot, times the slots the task holds.
+
+    A task without GPUs gets one slot's share; a node without slots shares all cores.
+    """
+    share = cpu_count * max(1, task_gpus) // max(1, node_gpu_slots)
+    return max(1, share)
+
+
+def build_task_env(
+    request: LaunchRequest, context: TaskContext, base_env: Mapping[str, str]
+) -> dict[str, str]:
+    """Return the full environment of a task process.
+
+    ``base_env`` (the agent's own environment) minus every inherited ``MLSCHED_*`` variable (the
+    agent's join token must not leak into jobs), then the job spec's env, then the contract
+    variables, which win over the spec except for ``OMP_NUM_THREADS``.
+    """
+    env = {k: v for k, v in base_env.items() if not k.startswith("MLSCHED_")}
+    env.update(request.env)
+    ref = request.ref
+    contract = {
+        "MLSCHED_TASK_ID": ref.task_id,
+        "MLSCHED_TASK_TOKEN": context.token,
+        "MLSCHED_AGENT_ADDR": context.agent_addr,
+        "MLSCHED_AGENT_ADDR_FILE": context.agent_addr_file,
+        "MLSCHED_CHECKPOINT_DIR": context.checkpoint_dir,
+        "MLSCHED_RESUME": "1" if request.resume else "0",
+        "MLSCHED_EXIT_FILE": context.exit_file,
+        "MLSCHED_VIRTUAL_GPUS": "1" if context.virtual_gpus else "0",
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in request.gpu_indices),
+        "RANK": str(ref.rank),
+        "WORLD_SIZE": str(max(1, request.world_size)),
+        "LOCAL_RANK": str(request.local_rank),
+        "LOCAL_WORLD_SIZE": str(max(1, request.local_world_size)),
+        "MASTER_ADDR": request.master_addr or DEFAULT_MASTER_ADDR,
+        "MASTER_PORT": str(context.master_port),
+    }
+    for key in (
+        "MLSCHED_MAX_ITERATIONS",
+        "MLSCHED_TARGET_METRIC",
+        "MLSCHED_TARGET_VALUE",
+        "MLSCHED_TARGET_GOAL",
+        "MLSCHED_BATCH_SIZE",
+    ):
+        env.pop(key, None)  # only the job spec's criterion counts, never a stray env entry
+    if request.max_iterations:
+        contract["MLSCHED_MAX_ITERATIONS"] = str(request.max_iterations)
+    if request.target is not None:
+        contract["MLSCHED_TARGET_METRIC"] = request.target.metric
+        contract["MLSCHED_TARGET_VALUE"] = repr(float(request.target.value))
+        contract["MLSCHED_TARGET_GOAL"] = request.target.goal
+    if request.batch_size > 0:
+        contract["MLSCHED_BATCH_SIZE"] = str(request.batch_size)
+    env.update(contract)
+    if "OMP_NUM_THREADS" not in request.env:
+        env["OMP_NUM_THREADS"] = str(
+            omp_threads(context.cpu_count, len(request.gpu_indices), context.node_gpu_slots)
+        )
+    return env

@@ -1,0 +1,170 @@
+"""The task table without a controller: launch wiring, launch failures, trainer auth."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from nodeagent_testkit import wait_until
+
+from nodeagent.launcher import ChildProcess, spawn_task
+from nodeagent.model import (
+    LaunchRequest,
+    ProgressInfo,
+    StopCommand,
+    TaskRef,
+    TaskState,
+    TaskStatusInfo,
+)
+from nodeagent.paths import AgentPaths
+from nodeagent.tasks import NodeShape, TaskManager, TrainerAuthError
+
+
+class Events:
+    def __init__(self) -> None:
+        self.statuses: list[TaskStatusInfo] = []
+
+    def task_status(self, status: TaskStatusInfo) -> None:
+        self.statuses.append(status)
+
+    def task_progress(self, ref: TaskRef, progress: ProgressInfo) -> None:
+        pass
+
+
+class RecordingSpawn:
+    """Records the spawn arguments, then really spawns."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Sequence[str], Mapping[str, str], Path, Path, str]] = []
+
+    def __call__(
+        self, argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path, header: str
+    ) -> ChildProcess:
+        self.calls.append((argv, env, cwd, log, header))
+        return spawn_task(argv, env, cwd, log, header)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[TaskManager, Events, RecordingSpawn, AgentPaths]:
+    paths = AgentPaths(tmp_path / "state", tmp_path / "ckpt")
+    paths.state_dir.mkdir(parents=True)
+    events, spawn = Events(), RecordingSpawn()
+    tasks = TaskManager(
+        paths=paths,
+        node=NodeShape("node-a", frozenset({0, 1}), 2, 2),
+        events=events,
+        suspend_grace_s=30,
+        kill_grace_s=1,
+        spawn=spawn,
+        base_env={"PATH": "/usr/bin:/bin", "MLSCHED_JOIN_TOKEN": "secret"},
+    )
+    tasks.set_trainer_address("127.0.0.1:5555")
+    return tasks, events, spawn, paths
+
+
+def test_launch_wiring(setup: tuple[TaskManager, Events, RecordingSpawn, AgentPaths]) -> None:
+    tasks, events, spawn, paths = setup
+    ref = TaskRef("j-1", 1, 3)
+    stale_exit = paths.exit_file(ref)
+    stale_exit.parent.mkdir(parents=True)
+    stale_exit.write_text('{"outcome": "completed"}')
+    tasks.launch(LaunchRequest(ref, (sys.executable, "-c", "print('hi')"), gpu_indices=(1,)))
+    argv, env, cwd, log, header = spawn.calls[0]
+    assert list(argv) == [sys.executable, "-c", "print('hi')"]
+    assert cwd == paths.state_dir  # no working_dir in the spec
+    assert log == paths.state_dir / "logs" / "j-1" / "rank-1.log"
+    assert header == "=== attempt 3 on node node-a ==="
+    assert env["MLSCHED_EXIT_FILE"] == str(stale_exit) and not stale_exit.exists()
+    assert env["MLSCHED_CHECKPOINT_DIR"] == str(paths.checkpoint_root / "j-1")
+    assert (paths.checkpoint_root / "j-1").is_dir()
+    assert env["MLSCHED_AGENT_ADDR"] == "127.0.0.1:5555"
+    assert env["MLSCHED_AGENT_ADDR_FILE"] == str(paths.state_dir / "trainer-address")
+    assert "MLSCHED_JOIN_TOKEN" not in env
+    assert env["OMP_NUM_THREADS"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["MLSCHED_VIRTUAL_GPUS"] == "1"
+    assert int(env["MASTER_PORT"]) > 0
+    assert [s.state for s in events.statuses] == [TaskState.LAUNCHING, TaskState.RUNNING]
+    assert tasks.busy_gpus() == {1}
+    wait_until(lambda: (tasks.poll(), events.statuses[-1].state is TaskState.COMPLETED)[1])
+    assert tasks.busy_gpus() == set()
+    assert log.read_text() == "=== attempt 3 on node node-a ===\nhi\n"
+
+
+def test_launch_failures_are_reported_failed(
+    setup: tuple[TaskManager, Events, RecordingSpawn, AgentPaths], tmp_path: Path
+) -> None:
+    tasks, events, _, paths = setup
+    tasks.launch(LaunchRequest(TaskRef("j-none", 0, 1), ()))
+    tasks.launch(LaunchRequest(TaskRef("j-cmd", 0, 1), ("/no/such/binary",)))
+    tasks.launch(LaunchRequest(TaskRef("j-dir", 0, 1), ("true",), working_dir="/no/such/dir"))
+    tasks.launch(LaunchRequest(TaskRef("..", 0, 1), ("true",)))
+    failed = {s.ref.job_id: s for s in events.statuses if s.state is TaskState.FAILED}
+    assert "empty command" in failed["j-none"].message
+    assert "/no/such/binary" in failed["j-cmd"].message
+    assert "working directory" in failed["j-dir"].message
+    assert "invalid job id" in failed[".."].message
+    assert not list(paths.state_dir.glob("rank-*"))  # nothing written outside tasks/
+    # a repeated launch of an ended attempt re-reports the end, it does not run again
+    count = len(events.statuses)
+    tasks.launch(LaunchRequest(TaskRef("j-cmd", 0, 1), ("true",)))
+    assert len(events.statuses) == count + 1 and events.statuses[-1].state is TaskState.FAILED
+
+
+def test_commands_for_unknown_tasks(
+    setup: tuple[TaskManager, Events, RecordingSpawn, AgentPaths],
+) -> None:
+    tasks, events, _, _ = setup
+    tasks.suspend(TaskRef("ghost", 0, 1), 1.0, "x")
+    assert events.statuses[-1].state is TaskState.LOST
+    assert not tasks.trainer_command(TaskRef("ghost", 0, 1), StopCommand("x"))
+    assert tasks.fetch_logs("ghost", 0, 0).error
+    assert tasks.fetch_logs("../etc", 0, 0).error.startswith("invalid job id")
+
+
+def test_trainer_authentication(
+    setup: tuple[TaskManager, Events, RecordingSpawn, AgentPaths],
+) -> None:
+    tasks, _, spawn, _ = setup
+    ref = TaskRef("j-auth", 0, 2)
+    tasks.launch(LaunchRequest(ref, (sys.executable, "-c", "import time; time.sleep(30)")))
+    token = spawn.calls[0][1]["MLSCHED_TASK_TOKEN"]
+    assert tasks.authenticate("j-auth/0/2", token)[0] == ref
+    for task_id, tok in [
+        ("j-auth/0/2", "wrong"),
+        ("j-auth/0/2", ""),
+        ("j-auth/0/1", token),  # stale attempt
+        ("j-other/0/2", token),
+        ("garbage", token),
+    ]:
+        with pytest.raises(TrainerAuthError):
+            tasks.authenticate(task_id, tok)
+    tasks.kill(ref, "done")
+    wait_until(lambda: (tasks.poll(), not tasks.running())[1])
+    with pytest.raises(TrainerAuthError):  # ended: no longer accepted
+        tasks.authenticate("j-auth/0/2", token)
+
+
+def test_virtual_flag_follows_the_task_gpus(tmp_path: Path) -> None:
+    paths = AgentPaths(tmp_path / "state", tmp_path / "ckpt")
+    envs: list[Mapping[str, str]] = []
+
+    def spawn(
+        argv: Sequence[str], env: Mapping[str, str], cwd: Path, log: Path, header: str
+    ) -> ChildProcess:
+        envs.append(env)
+        raise OSError("not starting anything")
+
+    tasks = TaskManager(
+        paths=paths,
+        node=NodeShape("node-a", frozenset({2, 3}), 4, 8),  # 2 real GPUs + 2 virtual slots
+        events=Events(),
+        suspend_grace_s=30,
+        kill_grace_s=1,
+        spawn=spawn,
+    )
+    tasks.launch(LaunchRequest(TaskRef("real", 0, 1), ("x",), gpu_indices=(0, 1)))
+    tasks.launch(LaunchRequest(TaskRef("virt", 0, 1), ("x",), gpu_indices=(3,)))
+    assert [e["MLSCHED_VIRTUAL_GPUS"] for e in envs] == ["0", "1"]
+    assert [e["OMP_NUM_THREADS"] for e in envs] == ["4", "2"]
