@@ -128,12 +128,13 @@ class AgentEvents:
                 job.restored_step = report.restored_step
                 if job.resumes and job.resumes[-1].resumed_at is not None:
                     job.resumes[-1].restored_step = report.restored_step
-                self.state.emit(
-                    "job_restored",
-                    f"resumed from step {report.restored_step}",
-                    job_id=job.id,
-                    node_id=task.node_id,
-                )
+                if job.attempt > 1 or report.restored_step > 0:
+                    self.state.emit(
+                        "job_restored",
+                        f"resumed from step {report.restored_step}",
+                        job_id=job.id,
+                        node_id=task.node_id,
+                    )
         if changed:
             self.state.save_tasks(job.id)
             self.state.save_job(job)

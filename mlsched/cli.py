@@ -135,9 +135,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from nodeagent.cli import add_agent_command
-
     from controller.cli import add_controller_command
+    from nodeagent.cli import add_agent_command
 
     parser = argparse.ArgumentParser(
         prog="mlsched", description="Scheduler for deep-learning training jobs on GPU clusters."

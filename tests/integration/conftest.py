@@ -74,6 +74,7 @@ def _example_spec(
         gpus_per_process=gpus_per_process,
         stopping=stopping,
         working_dir=str(EXAMPLES),
+        env=(("OMP_NUM_THREADS", "1"),),  # every agent here shares the same two cores
     )
 
 

@@ -46,10 +46,10 @@ def test_lease_boundary_suspends_and_resumes_on_the_other_node(
     )
     cluster = make_cluster(timing)
     with cluster.client("alice") as client:
-        first = client.submit(example_spec("first", stopping=IterationStop(4000)))
-        second = client.submit(example_spec("second", stopping=IterationStop(4000)))
+        first = client.submit(example_spec("first", stopping=IterationStop(700)))
+        second = client.submit(example_spec("second", stopping=IterationStop(700)))
         wait_job(cluster, client, second.id, lambda j: j.state is JobState.RUNNING)
-        third = client.submit(example_spec("third", stopping=IterationStop(1500)))
+        third = client.submit(example_spec("third", stopping=IterationStop(400)))
         jobs = [
             wait_job(cluster, client, j.id, ended, timeout_s=180) for j in (first, second, third)
         ]
@@ -90,7 +90,7 @@ def test_controller_killed_mid_run_loses_and_duplicates_nothing(
     cluster = make_cluster()
     with cluster.client("alice") as client:
         jobs = [
-            client.submit(example_spec(f"long-{i}", stopping=IterationStop(2500))) for i in range(2)
+            client.submit(example_spec(f"long-{i}", stopping=IterationStop(1500))) for i in range(2)
         ]
         for job in jobs:
             wait_job(cluster, client, job.id, lambda j: j.state is JobState.RUNNING)
@@ -105,7 +105,7 @@ def test_controller_killed_mid_run_loses_and_duplicates_nothing(
         assert job.state is JobState.COMPLETED, job.message
         assert job.attempt == 1  # the running tasks were reconciled, not relaunched
         assert job.suspensions == 0
-        assert job.iteration == 2500
+        assert job.iteration == 1500
     assert len(pids_before) == 2
 
 
