@@ -45,15 +45,15 @@ def _spec(
 def demo_jobs() -> tuple[list[JobSpec], JobSpec]:
     """The jobs submitted at the start, and the late spanning job."""
     first = [
-        _spec("ddp-blobs", "ddp_classifier.py", 2, IterationStop(1500), seed=1),
-        _spec("mlp-2gpu", "mlp_classifier.py", 2, IterationStop(2000), gpus_per_process=2, seed=2),
-        _spec("mlp-1gpu", "mlp_classifier.py", 1, IterationStop(2000), seed=3),
+        _spec("ddp-blobs", "ddp_classifier.py", 2, IterationStop(1000), seed=1),
+        _spec("mlp-2gpu", "mlp_classifier.py", 2, IterationStop(1500), gpus_per_process=2, seed=2),
+        _spec("mlp-1gpu", "mlp_classifier.py", 1, IterationStop(1800), seed=3),
     ]
     late = _spec(
         "ddp-span",
         "ddp_classifier.py",
         3,
-        TargetMetricStop("accuracy", 0.95, MetricGoal.MAXIMIZE, 1500),
+        TargetMetricStop("accuracy", 0.95, MetricGoal.MAXIMIZE, 1000),
         seed=4,
     )
     return first, late
