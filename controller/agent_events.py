@@ -72,6 +72,8 @@ class AgentEvents:
             if task is None or job is None or task.node_id != node_id or rank != 0:
                 return
             job.iteration = progress.iteration
+            if progress.iteration_time_s > 0:
+                job.iteration_time_s = progress.iteration_time_s
             job.metrics = {**job.metrics, **progress.metrics, "loss": progress.loss}
             self.state.save_job(job)
 

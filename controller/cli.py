@@ -33,7 +33,7 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         help="cluster join token agents must present (or env MLSCHED_JOIN_TOKEN)",
     )
     p.add_argument("--join-token-file", type=Path, help="read the join token from this file")
-    p.add_argument("--policy", default="fifo", choices=available_policies())
+    p.add_argument("--policy", default="fifo-lease", choices=available_policies())
     p.add_argument(
         "--lease-seconds",
         type=float,

@@ -132,6 +132,9 @@ def settle(state: ControllerState, job: Job) -> None:
     """Once no task of the job is live, move the job to where it belongs."""
     if job.state.terminal or state.live_tasks(job.id):
         return
+    if job.attempt_started_at is not None:
+        job.attained_gpu_s += (state.clock.now() - job.attempt_started_at) * job.spec.gpus
+        job.attempt_started_at = None
     tasks = state.job_tasks(job.id)
     if job.state is JobState.CANCELLING:
         state.set_job_state(job, JobState.CANCELLED, job.message)

@@ -30,7 +30,7 @@ class ControllerConfig:
     listen: str
     state_dir: Path
     join_token: str
-    policy: str = "fifo"
+    policy: str = "fifo-lease"
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     heartbeat_interval_s: float = 5.0
 

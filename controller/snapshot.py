@@ -5,14 +5,26 @@ from __future__ import annotations
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, JobView, NodeView
 from controller.state import ControllerState
-from mlsched.model import Job, JobState
+from mlsched.model import IterationStop, Job, JobState
+
+
+def estimated_remaining_s(job: Job) -> float | None:
+    """Iterations left times the last reported iteration time; None before any report."""
+    if job.iteration_time_s <= 0:
+        return None
+    stop = job.spec.stopping
+    budget = stop.iterations if isinstance(stop, IterationStop) else stop.max_iterations
+    return max(0, budget - job.iteration) * job.iteration_time_s
 
 
 def job_view(state: ControllerState, job: Job) -> JobView:
     placement: tuple[TaskPlacement, ...] = ()
+    attained = job.attained_gpu_s
     if job.state.active or job.state in (JobState.SUSPENDING, JobState.CANCELLING):
         tasks = state.live_tasks(job.id)
         placement = tuple(TaskPlacement(t.rank, t.node_id, t.gpu_indices) for t in tasks)
+        if job.attempt_started_at is not None:
+            attained += (state.clock.now() - job.attempt_started_at) * job.spec.gpus
     return JobView(
         id=job.id,
         user=job.user,
@@ -27,6 +39,8 @@ def job_view(state: ControllerState, job: Job) -> JobView:
         lease_expires_at=job.lease_expires_at,
         placement=placement,
         running_since=job.attempt_started_at if placement else None,
+        attained_gpu_s=attained,
+        estimated_remaining_s=estimated_remaining_s(job),
     )
 
 

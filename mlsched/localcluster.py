@@ -32,7 +32,7 @@ class LocalCluster:
     """Processes under ``root``: ``controller/``, ``<node-id>/``, shared ``checkpoints/``."""
 
     def __init__(
-        self, root: Path, timing: ClusterTiming = ClusterTiming(), policy: str = "fifo"
+        self, root: Path, timing: ClusterTiming = ClusterTiming(), policy: str = "fifo-lease"
     ) -> None:
         self.root = root
         self.timing = timing

@@ -163,6 +163,8 @@ class Job:
     lease_expires_at: float | None = None
     master_port: int = 0
     attempt_started_at: float | None = None
+    attained_gpu_s: float = 0.0  # GPU-seconds of finished attempts
+    iteration_time_s: float = 0.0  # last reported by rank 0
     message: str = ""
     resumes: list[ResumeRecord] = field(default_factory=list)
 

@@ -6,7 +6,8 @@ Leases add time slicing (the round-robin reading of FIFO under leases, as in Gav
 Chronus' lease iterators): when a running job's lease expires while the head of the queue is
 waiting, and releasing expired jobs (the longest-running first) would make the head fit, those
 jobs are suspended at their lease boundary and rejoin the queue at its tail. With
-``time_slicing=False`` leases are always renewed: plain non-preemptive FIFO.
+``time_slicing=False`` (``fifo``) leases are always renewed: plain non-preemptive FIFO;
+``fifo-lease`` is the time-sliced variant.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def queue_order(job: JobView) -> tuple[float, float, str]:
 class FifoPolicy:
     time_slicing: bool = True
     lease_s: float | None = None  # None: the controller's default lease
-    name: str = "fifo"
+    name: str = "fifo-lease"
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         lease = self.lease_s or snapshot.default_lease_s

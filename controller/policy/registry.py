@@ -8,8 +8,8 @@ from controller.policy.base import Policy
 from controller.policy.fifo import FifoPolicy
 
 _FACTORIES: dict[str, Callable[[], Policy]] = {
-    "fifo": lambda: FifoPolicy(time_slicing=True),
-    "fifo-nopreempt": lambda: FifoPolicy(time_slicing=False, name="fifo-nopreempt"),
+    "fifo": lambda: FifoPolicy(time_slicing=False, name="fifo"),
+    "fifo-lease": lambda: FifoPolicy(time_slicing=True, name="fifo-lease"),
 }
 
 

@@ -392,15 +392,15 @@ def test_policy_has_no_hidden_state():
 
 
 def test_registry_lists_and_builds_policies():
-    assert available_policies() == ["fifo", "fifo-nopreempt"]
-    fifo = make_policy("fifo")
-    assert isinstance(fifo, FifoPolicy) and fifo.time_slicing and fifo.name == "fifo"
-    plain = make_policy("fifo-nopreempt")
+    assert {"fifo", "fifo-lease"} <= set(available_policies())
+    sliced = make_policy("fifo-lease")
+    assert isinstance(sliced, FifoPolicy) and sliced.time_slicing and sliced.name == "fifo-lease"
+    plain = make_policy("fifo")
     assert isinstance(plain, FifoPolicy)
-    assert not plain.time_slicing and plain.name == "fifo-nopreempt"
-    assert make_policy("fifo") is not fifo
+    assert not plain.time_slicing and plain.name == "fifo"
+    assert make_policy("fifo") is not plain
 
 
 def test_registry_rejects_unknown_names_listing_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown policy 'lottery'; valid: fifo, fifo-nopreempt"):
+    with pytest.raises(ValueError, match=r"unknown policy 'lottery'; valid: .*fifo, fifo-lease"):
         make_policy("lottery")
