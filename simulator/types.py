@@ -1,0 +1,84 @@
+"""Data shared by the simulator's parts: trace jobs in, per-job records and samples out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mlsched.model import Deadline, JobClass
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """One job of a trace. Times in seconds; ``submit_s`` from the trace's origin."""
+
+    id: str
+    user: str
+    submit_s: float
+    duration_s: float  # run time at ``gpus`` GPUs on consolidated (one-node) placement
+    gpus: int
+    model: str = ""
+    iterations: int = 0  # the trace's iteration count (0: unknown)
+    job_class: JobClass = JobClass.BEST_EFFORT
+    deadlines: tuple[Deadline, ...] = ()  # seconds after submission, with rewards
+    performance_based: bool = False  # stops at a target metric rather than an iteration budget
+
+
+class JobModel(Protocol):
+    """How a simulated job behaves on a given allocation."""
+
+    def work_s(self, job: TraceJob) -> float:
+        """Consolidated-allocation seconds of training until the job stops (its stopping
+        criterion: the iteration budget, or the point where its learning curve reaches the
+        target for performance-based jobs)."""
+        ...
+
+    def speed(self, job: TraceJob, gpus: int, nodes: int) -> float:
+        """Training progress per second on ``gpus`` GPUs spread over ``nodes`` nodes, relative
+        to the requested GPU count on one node (= 1.0)."""
+        ...
+
+    def suspend_s(self, job: TraceJob, gpus: int) -> float:
+        """Seconds from a suspension order until the GPUs are free (checkpoint and exit)."""
+        ...
+
+    def resume_s(self, job: TraceJob, gpus: int) -> float:
+        """Seconds from a resumption until training progresses again (restore)."""
+        ...
+
+    def metric_at(self, job: TraceJob, fraction: float) -> float | None:
+        """Validation metric (accuracy) after ``fraction`` of ``work_s``; None if not modelled."""
+        ...
+
+
+@dataclass
+class JobRecord:
+    """What happened to one job in a simulation."""
+
+    job: TraceJob
+    first_start_s: float | None = None
+    end_s: float | None = None  # completion time; None if it never finished
+    suspensions: int = 0
+    gpu_s: float = 0.0  # GPU-seconds held (including overheads)
+    final_metric: float | None = None
+    nodes_used: int = 0  # most nodes it spanned in one attempt
+
+    @property
+    def jct_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.job.submit_s
+
+    @property
+    def queue_s(self) -> float | None:
+        """Time from submission to first start."""
+        return None if self.first_start_s is None else self.first_start_s - self.job.submit_s
+
+
+@dataclass
+class SimResult:
+    policy: str
+    total_gpus: int
+    records: list[JobRecord]
+    utilization: list[tuple[float, int]] = field(default_factory=list)  # (time, busy GPUs)
+    decision_times_s: list[float] = field(default_factory=list)  # policy time per cycle
+    makespan_s: float = 0.0
+    wall_s: float = 0.0
