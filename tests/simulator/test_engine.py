@@ -41,7 +41,10 @@ class FlatModel:
 CHECKED = SimConfig(lease_s=300.0, cycle_s=60.0, check_invariants=True)
 
 
-def run(jobs, policy="fifo", shape=ClusterShape(1, 8), model=None, config=CHECKED):
+ONE_NODE = ClusterShape(1, 8)
+
+
+def run(jobs, policy="fifo", shape=ONE_NODE, model=None, config=CHECKED):
     sim = Simulation(jobs, make_policy(policy), shape, model or FlatModel(), config)
     return {r.job.id: r for r in sim.run().records}
 
