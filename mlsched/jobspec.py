@@ -67,9 +67,11 @@ def load_spec_file(path: str | Path) -> JobSpec:
     """Read and validate a YAML job spec; relative working dirs resolve against its folder."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError([f"cannot read {path}: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError([f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}"]) from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -249,8 +251,13 @@ def _deadlines(value: Any, job_class: JobClass | None, problems: list[str]) -> t
             problems.append(f"{where}.after: {exc}")
             continue
         reward = item.get("reward", STRICT_SLO_DEFAULT_REWARD)
-        if isinstance(reward, bool) or not isinstance(reward, int | float) or reward < 0:
-            problems.append(f"{where}.reward: must be a non-negative number, got {reward!r}")
+        if (
+            isinstance(reward, bool)
+            or not isinstance(reward, int | float)
+            or not math.isfinite(reward)
+            or reward < 0
+        ):
+            problems.append(f"{where}.reward: must be a finite non-negative number, got {reward!r}")
             continue
         parsed.append(Deadline(after, float(reward)))
     _check_deadlines_for_class(parsed, job_class, problems)

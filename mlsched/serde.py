@@ -114,7 +114,10 @@ def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
 
 def spec_from_proto(msg: pb.JobSpec) -> JobSpec:
     """Decode without judging the values; ``mlsched.jobspec.validate_spec`` judges them."""
-    job_class = _reverse(_JOB_CLASS).get(msg.job_class, JobClass.BEST_EFFORT)
+    if msg.job_class == pb.JOB_CLASS_UNSPECIFIED:
+        job_class = JobClass.BEST_EFFORT
+    elif (job_class := _reverse(_JOB_CLASS).get(msg.job_class)) is None:
+        raise WireError(f"job_class: unknown value {msg.job_class}")
     return JobSpec(
         name=msg.name,
         command=tuple(msg.command),

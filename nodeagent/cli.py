@@ -123,7 +123,12 @@ def _join_token(args: argparse.Namespace) -> str:
             return Path(args.agent_join_token_file).read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ConfigError(f"cannot read the join token file: {exc}") from None
-    return os.environ.get(JOIN_TOKEN_ENV, "")
+    token = os.environ.get(JOIN_TOKEN_ENV, "").strip()
+    if not token:
+        raise ConfigError(
+            f"a join token is required (--join-token-file, --join-token or ${JOIN_TOKEN_ENV})"
+        )
+    return token
 
 
 def config_from_args(args: argparse.Namespace) -> AgentConfig:

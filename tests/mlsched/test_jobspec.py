@@ -382,15 +382,15 @@ OK_DEADLINE = {"after": "3h", "reward": 0}
         ({"after": "0m"}, "deadlines[0].after: must be positive, got '0m'"),
         (
             {"after": "1h", "reward": -1},
-            "deadlines[0].reward: must be a non-negative number, got -1",
+            "deadlines[0].reward: must be a finite non-negative number, got -1",
         ),
         (
             {"after": "1h", "reward": True},
-            "deadlines[0].reward: must be a non-negative number, got True",
+            "deadlines[0].reward: must be a finite non-negative number, got True",
         ),
         (
             {"after": "1h", "reward": "10"},
-            "deadlines[0].reward: must be a non-negative number, got '10'",
+            "deadlines[0].reward: must be a finite non-negative number, got '10'",
         ),
     ],
 )
@@ -522,7 +522,7 @@ def test_spec_error_lists_all_problems_in_field_order():
         "gpus_per_process: must be between 1 and 1024, got 0",
         "class: must be one of best-effort, strict-slo, soft-slo; got 'gold'",
         "deadlines[0].after: expected seconds or a duration like 30m, got '5 min'",
-        "deadlines[1].reward: must be a non-negative number, got -1",
+        "deadlines[1].reward: must be a finite non-negative number, got -1",
         "stop.target: a number, got 'x'",
         "max_retries: must be between 0 and 100, got 101",
         "batch_size: must be between 0 and 10000000, got -1",
