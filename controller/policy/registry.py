@@ -5,11 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from controller.policy.base import Policy
+from controller.policy.edf import EdfPolicy
 from controller.policy.fifo import FifoPolicy
+from controller.policy.srtf import SrtfPolicy
+from controller.policy.themis import ThemisPolicy
+from controller.policy.tiresias import TiresiasPolicy
 
 _FACTORIES: dict[str, Callable[[], Policy]] = {
     "fifo": lambda: FifoPolicy(time_slicing=False, name="fifo"),
     "fifo-lease": lambda: FifoPolicy(time_slicing=True, name="fifo-lease"),
+    "srtf": SrtfPolicy,
+    "tiresias": TiresiasPolicy,
+    "edf": EdfPolicy,
+    "themis": ThemisPolicy,
 }
 
 

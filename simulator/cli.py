@@ -1,0 +1,139 @@
+"""The ``mlsched simulate`` command: run policies over a trace and report their metrics."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+from controller.policy import available_policies, make_policy
+from simulator.engine import PRESETS, ClusterShape, Simulation, SimConfig
+from simulator.jobmodel import TraceJobModel, UnknownModel
+from simulator.metrics import compute_metrics
+from simulator.report import format_table, plot, write_json
+from simulator.trace import ColumnMapping, TraceError, load_csv, load_philly
+from simulator.types import SimResult, TraceJob
+from simulator.workload import assign_slo, assign_stopping, scale_density
+
+
+def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("simulate", help="simulate policies over a job trace")
+    p.add_argument("--trace", type=Path, required=True, help="trace file (CSV)")
+    p.add_argument("--format", choices=("philly", "csv"), default="philly",
+                   help="philly: the Chronus Philly-derived format; csv: generic [%(default)s]")
+    p.add_argument("--columns", help="generic CSV column mapping, e.g. "
+                   "submit=submit_time,duration=duration,gpus=num_gpu,time_unit=m")
+    p.add_argument("--zero-gpu", choices=("one", "skip", "error"), default="one",
+                   help="Philly rows asking for 0 GPUs (CPU jobs) [%(default)s]")
+    p.add_argument("--policy", default="fifo",
+                   help=f"comma-separated policies: {', '.join(available_policies())}")
+    p.add_argument("--cluster", default="C120",
+                   help="C120 (120x8 GPUs), C96 (96x8) or NODESxGPUS [%(default)s]")
+    p.add_argument("--model-info", type=Path,
+                   help="per-model placement speeds (default: model_info.json beside the trace)")
+    p.add_argument("--lease-seconds", type=float, default=300.0, help="[%(default)s]")
+    p.add_argument("--cycle-seconds", type=float, default=60.0,
+                   help="least time between triggered cycles [%(default)s]")
+    p.add_argument("--density", type=float, default=1.0,
+                   help="job density scaling, 0.8-1.6 as in UniSched Fig. 6c [%(default)s]")
+    p.add_argument("--assign-slo", metavar="STRICT,SOFT",
+                   help="give fractions of jobs strict/soft SLOs (UniSched §IV-B), e.g. 0.3,0.3")
+    p.add_argument("--performance-fraction", type=float, default=0.0,
+                   help="fraction of jobs that stop at a target metric (paper: 0.2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--limit", type=int, help="only the first N jobs")
+    p.add_argument("--json", type=Path, dest="json_path", help="write metrics JSON here")
+    p.add_argument("--plot", type=Path, help="write a PNG (JCT CDF, utilisation) here")
+    p.add_argument("--check-invariants", action="store_true",
+                   help="verify the simulator's invariants every cycle (slower)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_simulate)
+
+
+def parse_cluster(text: str) -> ClusterShape:
+    if text.upper() in PRESETS:
+        return PRESETS[text.upper()]
+    nodes, sep, gpus = text.lower().partition("x")
+    if sep and nodes.isdigit() and gpus.isdigit() and int(nodes) > 0 and int(gpus) > 0:
+        return ClusterShape(int(nodes), int(gpus))
+    raise ValueError(f"unknown cluster {text!r}; use {', '.join(PRESETS)} or NODESxGPUS")
+
+
+def parse_policies(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in available_policies()]
+    if unknown or not names:
+        raise ValueError(f"unknown policy {', '.join(unknown) or '(none)'}; "
+                         f"valid: {', '.join(available_policies())}")
+    return names
+
+
+def load_workload(args: argparse.Namespace) -> list[TraceJob]:
+    if args.format == "philly":
+        jobs = load_philly(args.trace, zero_gpu=args.zero_gpu)
+    else:
+        if not args.columns:
+            raise ValueError(f"--columns is required for --format csv; keys: "
+                             f"{', '.join(ColumnMapping.keys())}")
+        jobs = load_csv(args.trace, ColumnMapping.parse(args.columns))
+    if args.limit:
+        jobs = jobs[: args.limit]
+    rng = random.Random(args.seed)
+    if args.density != 1.0:
+        jobs = scale_density(jobs, args.density, rng)
+    if args.assign_slo:
+        strict, _, soft = args.assign_slo.partition(",")
+        jobs = assign_slo(jobs, rng, float(strict), float(soft or 0))
+    if args.performance_fraction:
+        jobs = assign_stopping(jobs, rng, args.performance_fraction)
+    return jobs
+
+
+def job_model(args: argparse.Namespace) -> TraceJobModel:
+    path = args.model_info or args.trace.with_name("model_info.json")
+    if args.model_info is None and not path.exists():
+        return TraceJobModel(seed=args.seed)
+    return TraceJobModel.from_model_info(path, seed=args.seed)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    try:
+        policies = parse_policies(args.policy)
+        shape = parse_cluster(args.cluster)
+        jobs = load_workload(args)
+        model = job_model(args)
+        model.check_jobs(jobs)
+    except (TraceError, UnknownModel, ValueError, OSError) as exc:
+        print(f"mlsched simulate: {exc}", file=sys.stderr)
+        return 2
+    config = SimConfig(lease_s=args.lease_seconds, cycle_s=args.cycle_seconds,
+                       check_invariants=args.check_invariants)
+    results: dict[str, SimResult] = {}
+    for name in policies:
+        progress = None if args.quiet else _progress_bar(name)
+        results[name] = Simulation(jobs, make_policy(name), shape, model, config, progress).run()
+        if progress is not None:
+            print(file=sys.stderr)
+    metrics = {name: compute_metrics(result) for name, result in results.items()}
+    print(f"{len(jobs)} jobs on {shape.nodes}x{shape.gpus_per_node} GPUs")
+    print(format_table(metrics))
+    if args.json_path:
+        write_json(metrics, args.json_path)
+    if args.plot:
+        plot(results, args.plot)
+    return 0
+
+
+def _progress_bar(policy: str):  # type: ignore[no-untyped-def]
+    state = {"shown": -1}
+
+    def show(done: int, total: int) -> None:
+        percent = 100 * done // max(total, 1)
+        if percent != state["shown"]:
+            state["shown"] = percent
+            bar = "#" * (percent // 4)
+            print(f"\r{policy:>10} [{bar:<25}] {percent:3d}% {done}/{total} jobs",
+                  end="", file=sys.stderr, flush=True)
+
+    return show

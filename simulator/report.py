@@ -1,0 +1,176 @@
+"""Reports over several policies' runs of one trace: JSON, a text table and a PNG figure.
+
+The inputs are ``compute_metrics`` dicts (for JSON and the table) or ``SimResult`` objects (for
+the figure), keyed by policy name. The table shows JCT and queue times in minutes (as UniSched's
+Table III), the makespan in hours and fractions as percentages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from simulator.metrics import CLASS_KEYS, cumulative_busy, first_submit_s
+from simulator.types import SimResult
+
+MAX_POINTS = 2000  # most points drawn per series
+MISSING = "-"
+
+Format = Callable[[object], str]
+
+
+def write_json(metrics_by_policy: Mapping[str, dict], path: str | Path) -> Path:
+    """Write one JSON object keyed by policy name; returns the path written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(dict(metrics_by_policy), indent=2, allow_nan=False)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+# --- Table ------------------------------------------------------------------------------------
+
+
+def fmt_scaled(scale: float, decimals: int) -> Format:
+    return lambda v: f"{v * scale:.{decimals}f}"
+
+
+PERCENT = fmt_scaled(100, 2)
+MINUTES = fmt_scaled(1 / 60, 1)
+HOURS = fmt_scaled(1 / 3600, 2)
+MILLIS = fmt_scaled(1000, 1)
+PLAIN = fmt_scaled(1, 2)
+COUNT: Format = str
+
+CLASS_LABELS = {"all": "all", **{key: key.replace("_", "-") for key in CLASS_KEYS.values()}}
+
+
+def lookup(metrics: Mapping, path: tuple[str, ...]) -> object:
+    """``metrics[path[0]][path[1]]...``, or None where a level is missing."""
+    value: object = metrics
+    for key in path:
+        if not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def latency_rows(key: str, name: str) -> list[tuple[str, tuple[str, ...], Format]]:
+    return [
+        (f"{name} {stat} {CLASS_LABELS[cls]} (min)", (key, cls, stat), MINUTES)
+        for cls in CLASS_LABELS
+        for stat in ("avg", "median", "p95")
+    ]
+
+
+ROWS: list[tuple[str, tuple[str, ...], Format]] = [
+    ("R^slo (%)", ("r_slo",), PERCENT),
+    ("Deadline miss rate (%)", ("deadline_miss_rate",), PERCENT),
+    ("SLO jobs scored", ("slo_jobs",), COUNT),
+    *latency_rows("jct_s", "JCT"),
+    *latency_rows("queue_s", "Queue"),
+    ("Makespan (h)", ("makespan_s",), HOURS),
+    ("Preemptions / job", ("preemptions_per_job",), PLAIN),
+    ("GPU utilisation (%)", ("gpu_utilization",), PERCENT),
+    ("Jobs completed", ("jobs_completed",), COUNT),
+    ("Jobs total", ("jobs_total",), COUNT),
+    ("Wall time (s)", ("wall_s",), fmt_scaled(1, 1)),
+    ("Decision p50 (ms)", ("decision_time_s", "p50"), MILLIS),
+    ("Decision p95 (ms)", ("decision_time_s", "p95"), MILLIS),
+    ("Decision max (ms)", ("decision_time_s", "max"), MILLIS),
+]
+
+
+def format_table(metrics_by_policy: Mapping[str, dict]) -> str:
+    """A text table: one row per metric, one column per policy; ``-`` where there is no value."""
+    policies = list(metrics_by_policy)
+    lines = [["metric", *policies]]
+    for label, path, fmt in ROWS:
+        values = [lookup(metrics_by_policy[p], path) for p in policies]
+        lines.append([label, *(MISSING if v is None else fmt(v) for v in values)])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    rule = ["-" * w for w in widths]
+    rendered = []
+    for line in [lines[0], rule, *lines[1:]]:
+        values = zip(line[1:], widths[1:], strict=True)
+        cells = [line[0].ljust(widths[0]), *(c.rjust(w) for c, w in values)]
+        rendered.append("  ".join(cells).rstrip())
+    return "\n".join(rendered)
+
+
+# --- Figure -----------------------------------------------------------------------------------
+
+
+def jct_cdf(result: SimResult, max_points: int = MAX_POINTS) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted JCTs (s) of finished jobs and the fraction of ALL jobs finished within each, so a
+    curve tops out at the completion ratio; at most ``max_points`` points, the last one kept."""
+    jcts = np.sort([r.jct_s for r in result.records if r.jct_s is not None])
+    if jcts.size == 0:
+        return jcts, jcts
+    fraction = np.arange(1, jcts.size + 1) / len(result.records)
+    if jcts.size > max_points:
+        keep = np.unique(np.linspace(0, jcts.size - 1, max_points).round().astype(int))
+        jcts, fraction = jcts[keep], fraction[keep]
+    return jcts, fraction
+
+
+def utilization_series(
+    result: SimResult, max_points: int = MAX_POINTS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Busy/total GPUs averaged over at most ``max_points`` equal bins spanning [first
+    submission, makespan]: (bin start times in s, fractions). Bin means keep the integral exact."""
+    start = first_submit_s(result)
+    end = result.makespan_s
+    if start is None or end <= start or result.total_gpus <= 0:
+        return np.array([]), np.array([])
+    edges = np.linspace(start, end, max_points + 1)
+    area = cumulative_busy(result.utilization, edges)
+    return edges[:-1], np.diff(area) / (np.diff(edges) * result.total_gpus)
+
+
+def output_png(path: str | Path) -> Path:
+    """``path`` itself if it ends with .png; otherwise ``metrics.png`` inside directory ``path``."""
+    path = Path(path)
+    if path.suffix.lower() == ".png":
+        return path
+    return path / "metrics.png"
+
+
+def plot(results: Mapping[str, SimResult], path: str | Path) -> Path:
+    """Write a PNG with two panels: JCT CDF per policy (log x), GPU utilisation over time per
+    policy. Returns the file written."""
+    # Imported here so that the JSON and table reports work without matplotlib; the Figure API
+    # with the Agg canvas needs no display and leaves pyplot's global state alone.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    cdf_ax, util_ax = fig.subplots(1, 2)
+    for name, result in results.items():
+        jcts, fraction = jct_cdf(result)
+        positive = jcts > 0  # a log axis cannot show a zero JCT
+        if positive.any():
+            cdf_ax.step(jcts[positive] / 60, fraction[positive], where="post", label=name)
+        times, util = utilization_series(result)
+        if times.size:
+            origin = first_submit_s(result)
+            util_ax.step((times - origin) / 3600, util * 100, where="post", label=name)
+    cdf_ax.set(xscale="log", xlabel="JCT (min)", ylabel="fraction of all jobs", ylim=(0, 1.02))
+    cdf_ax.set_title("Job completion time CDF")
+    cdf_ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    cdf_ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlap
+    util_ax.set(xlabel="time since first submission (h)", ylabel="busy GPUs (%)", ylim=(0, 102))
+    util_ax.set_title("GPU utilisation")
+    for ax in (cdf_ax, util_ax):
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    out = output_png(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="png", dpi=120)
+    return out

@@ -1,0 +1,346 @@
+"""ThemisPolicy (finish-time fairness) on hand-built snapshots, and randomized invariants."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+from dataclasses import replace
+
+import pytest
+
+from controller.placement import TaskPlacement
+from controller.policy import make_policy
+from controller.policy.base import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Launch,
+    NodeView,
+    Renew,
+    Suspend,
+)
+from controller.policy.themis import ThemisPolicy, finish_time_fairness
+from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState
+
+LEASE = 100.0
+
+
+def spec(gpus: int) -> JobSpec:
+    return JobSpec("job", ("python", "t.py"), gpus, IterationStop(10))
+
+
+def on(node: str, *gpus: int) -> tuple[TaskPlacement, ...]:
+    """One task per GPU, all on ``node``."""
+    return tuple(TaskPlacement(rank, node, (g,)) for rank, g in enumerate(gpus))
+
+
+def waiting(
+    job_id: str,
+    gpus: int,
+    *,
+    remaining: float | None,
+    attained: float = 0.0,
+    submit_time: float = 0.0,
+    queued_since: float | None = None,
+) -> JobView:
+    return JobView(
+        id=job_id,
+        user="alice",
+        spec=spec(gpus),
+        state=JobState.PENDING,
+        submit_time=submit_time,
+        queued_since=submit_time if queued_since is None else queued_since,
+        attempt=0,
+        suspensions=0,
+        attained_gpu_s=attained,
+        estimated_remaining_s=remaining,
+    )
+
+
+def running(
+    job_id: str,
+    placement: tuple[TaskPlacement, ...],
+    *,
+    remaining: float | None,
+    attained: float,
+    expires: float,
+    submit_time: float = 0.0,
+) -> JobView:
+    return JobView(
+        id=job_id,
+        user="alice",
+        spec=spec(sum(len(p.gpu_indices) for p in placement)),
+        state=JobState.RUNNING,
+        submit_time=submit_time,
+        queued_since=submit_time,
+        attempt=1,
+        suspensions=0,
+        lease_expires_at=expires,
+        placement=placement,
+        running_since=submit_time,
+        attained_gpu_s=attained,
+        estimated_remaining_s=remaining,
+    )
+
+
+def snapshot(
+    now: float,
+    active: Iterable[JobView] = (),
+    queued: Iterable[JobView] = (),
+    busy: Iterable[JobView] = (),
+    nodes: dict[str, int] | None = None,
+) -> ClusterSnapshot:
+    """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
+    nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
+    active, queued, busy = tuple(active), tuple(queued), tuple(busy)
+    held: dict[str, set[int]] = {}
+    for job in active + busy:
+        for p in job.placement:
+            held.setdefault(p.node_id, set()).update(p.gpu_indices)
+    views = tuple(
+        NodeView(n, tuple(range(c)), tuple(i for i in range(c) if i not in held.get(n, set())))
+        for n, c in nodes.items()
+    )
+    return ClusterSnapshot(
+        now=now, nodes=views, queued=queued, active=active, busy=busy, default_lease_s=LEASE
+    )
+
+
+def decide(snap: ClusterSnapshot) -> Decision:
+    return ThemisPolicy().decide(snap)
+
+
+def launched(decision: Decision) -> list[str]:
+    return [item.job_id for item in decision.launch]
+
+
+# --- rho = T_shared / T_ideal ----------------------------------------------------------------
+
+
+def test_rho_of_a_job_within_its_fair_share():
+    # 1 GPU, 50 s executed, 50 s left, 100 s since submission; 2 jobs on 4 GPUs: share 2 >= 1.
+    job = waiting("a", 1, remaining=50.0, attained=50.0)
+    assert finish_time_fairness(job, now=100.0, contenders=2, cluster_gpus=4) == 150.0 / 100.0
+
+
+def test_rho_of_a_gang_larger_than_its_fair_share():
+    # 4 GPUs, 50 s executed (200 GPU-s), 50 s left; share 4 / 2 = 2 GPUs: ideal is 2x slower.
+    job = waiting("w", 4, remaining=50.0, attained=200.0)
+    assert finish_time_fairness(job, now=100.0, contenders=2, cluster_gpus=4) == 150.0 / 200.0
+
+
+def test_rho_with_unknown_remaining_time_uses_attained_service_only():
+    job = waiting("u", 1, remaining=None, attained=25.0)
+    assert finish_time_fairness(job, now=100.0, contenders=2, cluster_gpus=4) == 4.0
+    fresh = waiting("f", 1, remaining=None)
+    assert finish_time_fairness(fresh, now=100.0, contenders=2, cluster_gpus=4) == math.inf
+    known = waiting("k", 1, remaining=100.0)
+    assert finish_time_fairness(known, now=100.0, contenders=2, cluster_gpus=4) == 2.0
+
+
+def test_rho_stays_constant_while_running_and_grows_while_waiting():
+    def runner(t: float) -> JobView:
+        return running("r", on("n1", 0), remaining=1000.0 - t, attained=t, expires=t)
+
+    def waiter(t: float) -> JobView:
+        return waiting("w", 1, remaining=1000.0)
+
+    rho = [
+        (finish_time_fairness(runner(t), t, 2, 2), finish_time_fairness(waiter(t), t, 2, 2))
+        for t in (100.0, 400.0)
+    ]
+    assert rho == [(1.0, 1.1), (1.0, 1.4)]
+
+
+# --- allocation in rho order -----------------------------------------------------------------
+
+
+def test_gpus_go_to_the_highest_rho_first():
+    queue = [
+        waiting("B", 1, remaining=100.0, attained=100.0),  # 200 / 200 = 1.0
+        waiting("C", 1, remaining=100.0, submit_time=50.0),  # 150 / 100 = 1.5
+        waiting("A", 1, remaining=100.0),  # 200 / 100 = 2.0
+    ]
+    decision = decide(snapshot(100.0, queued=queue, nodes={"n1": 3}))
+    assert decision.launch == (
+        Launch("A", on("n1", 0), LEASE),
+        Launch("C", on("n1", 1), LEASE),
+        Launch("B", on("n1", 2), LEASE),
+    )
+    assert launched(decide(snapshot(100.0, queued=queue, nodes={"n1": 1}))) == ["A"]
+
+
+def test_equal_rho_is_served_fifo():
+    queue = [
+        waiting("late", 1, remaining=None, submit_time=5.0),
+        waiting("early", 1, remaining=None, submit_time=1.0),
+    ]
+    assert launched(decide(snapshot(10.0, queued=queue, nodes={"n1": 1}))) == ["early"]
+
+
+def test_an_expired_job_yields_to_a_queued_job_with_a_strictly_larger_rho():
+    # 3 jobs on 4 GPUs: a 2-GPU gang is 1.5x slower than its share. R: 200 / 300 = 0.67.
+    r = running("R", on("n1", 0, 1), remaining=100.0, attained=200.0, expires=100.0)
+    k = running("K", on("n2", 0, 1), remaining=100.0, attained=20.0, expires=500.0)
+    worse_off = waiting("W", 2, remaining=100.0)  # 200 / 150 = 1.33
+    decision = decide(snapshot(100.0, active=[r, k], queued=[worse_off]))
+    assert decision == Decision(suspend=(Suspend("R", "lease expired; yields to W"),))
+    as_well_off = waiting("E", 2, remaining=100.0, submit_time=100.0)  # 100 / 150 = 0.67
+    assert decide(snapshot(100.0, active=[r, k], queued=[as_well_off])) == Decision(
+        renew=(Renew("R", LEASE),)
+    )
+
+
+def test_a_job_without_any_service_preempts_and_unknown_ones_do_not_preempt_each_other():
+    r = running("R", on("n1", 0, 1), remaining=None, attained=10.0, expires=100.0)
+    fresh = waiting("F", 2, remaining=None, submit_time=90.0)  # rho = inf
+    decision = decide(snapshot(100.0, active=[r], queued=[fresh], nodes={"n1": 2}))
+    assert decision == Decision(suspend=(Suspend("R", "lease expired; yields to F"),))
+    # R has no service either (rho = inf too): equal rho never preempts
+    r0 = replace(r, attained_gpu_s=0.0)
+    assert decide(snapshot(100.0, active=[r0], queued=[fresh], nodes={"n1": 2})) == Decision(
+        renew=(Renew("R", LEASE),)
+    )
+
+
+def test_unexpired_leases_are_kept_whatever_the_rho():
+    r = running("R", on("n1", 0, 1), remaining=100.0, attained=200.0, expires=100.5)
+    queue = [waiting("W", 2, remaining=None)]
+    assert decide(snapshot(100.0, active=[r], queued=queue, nodes={"n1": 2})) == Decision()
+
+
+def test_no_victim_while_released_gpus_suffice_and_an_oversize_job_blocks_nothing():
+    x = replace(
+        running("X", on("n1", 0, 1), remaining=10.0, attained=10.0, expires=0.0),
+        state=JobState.SUSPENDING,
+    )
+    y = running("Y", on("n2", 0, 1), remaining=900.0, attained=200.0, expires=100.0)
+    queue = [waiting("huge", 5, remaining=None), waiting("W", 2, remaining=None)]
+    assert decide(snapshot(100.0, active=[y], queued=queue, busy=[x])) == Decision(
+        renew=(Renew("Y", LEASE),)
+    )
+
+
+def test_a_lower_rho_job_backfills_where_a_higher_one_does_not_fit():
+    k = running("K", on("n1", 0), remaining=100.0, attained=100.0, expires=500.0)
+    queue = [waiting("W", 2, remaining=None), waiting("s", 1, remaining=100.0)]
+    decision = decide(snapshot(100.0, active=[k], queued=queue, nodes={"n1": 2}))
+    assert decision == Decision(launch=(Launch("s", on("n1", 1), LEASE),))
+
+
+def test_registry_builds_themis():
+    policy = make_policy("themis")
+    assert isinstance(policy, ThemisPolicy) and policy.name == "themis"
+
+
+# --- randomized invariants -------------------------------------------------------------------
+
+
+def random_spec(rng: random.Random, gpus: int, per_process: int) -> JobSpec:
+    job_class = rng.choice(list(JobClass))
+    first = rng.uniform(100, 3000)
+    deadlines = {
+        JobClass.BEST_EFFORT: (),
+        JobClass.STRICT_SLO: (Deadline(first, 1.0),),
+        JobClass.SOFT_SLO: (Deadline(first, 1.0), Deadline(first * 2, 0.5)),
+    }[job_class]
+    return JobSpec(
+        "job",
+        ("python", "t.py"),
+        gpus,
+        IterationStop(10),
+        job_class=job_class,
+        deadlines=deadlines,
+        gpus_per_process=per_process,
+    )
+
+
+def random_snapshot(rng: random.Random) -> ClusterSnapshot:
+    """A few nodes, running/expired/suspending jobs on random GPUs, a random queue."""
+    now = 10_000.0
+    sizes = {f"n{i}": rng.randint(1, 8) for i in range(rng.randint(1, 5))}
+    active: list[JobView] = []
+    busy: list[JobView] = []
+    for node, count in sizes.items():
+        free = list(range(count))
+        rng.shuffle(free)
+        while free and rng.random() < 0.8:
+            cut = rng.randint(1, len(free))
+            take, free = sorted(free[:cut]), free[cut:]
+            since = rng.uniform(0, now)
+            job = JobView(
+                id=f"r{len(active) + len(busy)}",
+                user="u",
+                spec=random_spec(rng, len(take), 1),
+                state=JobState.RUNNING,
+                submit_time=rng.uniform(0, since),
+                queued_since=rng.uniform(0, since),
+                attempt=1,
+                suspensions=0,
+                lease_expires_at=rng.choice([now - 1.0, now, now + 50.0]),
+                placement=tuple(TaskPlacement(r, node, (g,)) for r, g in enumerate(take)),
+                running_since=since,
+                attained_gpu_s=(now - since) * len(take) + rng.choice([0.0, rng.uniform(0, 9000)]),
+                estimated_remaining_s=rng.choice([None, rng.uniform(0, 2000)]),
+            )
+            if rng.random() < 0.15:
+                busy.append(replace(job, state=JobState.SUSPENDING))
+            else:
+                active.append(job)
+    queued = []
+    for i in range(rng.randint(0, 12)):
+        per_process = rng.choice([1, 1, 2, 4])
+        queued_since = rng.uniform(0, now)
+        queued.append(
+            JobView(
+                id=f"q{i}",
+                user="u",
+                spec=random_spec(rng, per_process * rng.choice([1, 1, 2, 3, 4]), per_process),
+                state=rng.choice([JobState.PENDING, JobState.SUSPENDED]),
+                submit_time=rng.uniform(0, queued_since),
+                queued_since=queued_since,
+                attempt=0,
+                suspensions=0,
+                attained_gpu_s=rng.choice([0.0, rng.uniform(0, 9000)]),
+                estimated_remaining_s=rng.choice([None, rng.uniform(0, 2000)]),
+            )
+        )
+    rng.shuffle(queued)
+    return snapshot(now, active=active, queued=queued, busy=busy, nodes=sizes)
+
+
+def check_invariants(snap: ClusterSnapshot, decision: Decision) -> None:
+    free = {n.id: set(n.free_gpu_indices) for n in snap.nodes}
+    queued = {j.id: j for j in snap.queued}
+    taken: set[tuple[str, int]] = set()
+    assert len({item.job_id for item in decision.launch}) == len(decision.launch)
+    for item in decision.launch:
+        job = queued[item.job_id]
+        assert item.lease_s > 0
+        assert sum(len(p.gpu_indices) for p in item.placement) == job.gpus
+        assert [p.rank for p in item.placement] == list(range(len(item.placement)))
+        for p in item.placement:
+            assert len(p.gpu_indices) == job.spec.gpus_per_process
+            for gpu in p.gpu_indices:
+                assert gpu in free[p.node_id], "launch on a GPU that is not free (or not there)"
+                assert (p.node_id, gpu) not in taken, "two launches share a GPU"
+                taken.add((p.node_id, gpu))
+    expired = {j.id for j in snap.expired()}
+    answered = [r.job_id for r in decision.renew] + [s.job_id for s in decision.suspend]
+    assert sorted(answered) == sorted(expired), "every expired lease: renewed xor suspended"
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_snapshots_keep_the_invariants(seed: int):
+    snap = random_snapshot(random.Random(seed))
+    decision = decide(snap)
+    check_invariants(snap, decision)
+    contenders = len(snap.queued) + len(snap.active)
+    gpus = sum(len(n.gpu_indices) for n in snap.nodes)
+    rho = {
+        j.id: finish_time_fairness(j, snap.now, contenders, gpus) for j in snap.queued + snap.active
+    }
+    for item in decision.suspend:
+        assert any(rho[q.id] > rho[item.job_id] for q in snap.queued), "needless victim"
+    assert decide(snap) == decision

@@ -1,0 +1,369 @@
+"""TiresiasPolicy (discretized 2D-LAS) on hand-built snapshots, and randomized invariants."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import replace
+
+import pytest
+
+from controller.placement import TaskPlacement
+from controller.policy import make_policy
+from controller.policy.base import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Launch,
+    NodeView,
+    Renew,
+    Suspend,
+)
+from controller.policy.tiresias import TiresiasPolicy
+from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState
+
+LEASE = 100.0
+
+
+def spec(gpus: int, gpus_per_process: int = 1) -> JobSpec:
+    return JobSpec(
+        "job", ("python", "t.py"), gpus, IterationStop(10), gpus_per_process=gpus_per_process
+    )
+
+
+def on(node: str, *gpus: int) -> tuple[TaskPlacement, ...]:
+    """One task per GPU, all on ``node``."""
+    return tuple(TaskPlacement(rank, node, (g,)) for rank, g in enumerate(gpus))
+
+
+def waiting(
+    job_id: str,
+    gpus: int,
+    *,
+    attained: float = 0.0,
+    queued_since: float = 0.0,
+    submit_time: float | None = None,
+) -> JobView:
+    return JobView(
+        id=job_id,
+        user="alice",
+        spec=spec(gpus),
+        state=JobState.PENDING if attained == 0 else JobState.SUSPENDED,
+        submit_time=queued_since if submit_time is None else submit_time,
+        queued_since=queued_since,
+        attempt=0 if attained == 0 else 1,
+        suspensions=0 if attained == 0 else 1,
+        attained_gpu_s=attained,
+    )
+
+
+def running(
+    job_id: str,
+    placement: tuple[TaskPlacement, ...],
+    *,
+    attained: float,
+    expires: float,
+    since: float = 0.0,
+    queued_since: float = 0.0,
+    submit_time: float = 0.0,
+) -> JobView:
+    """``attained``: GPU-seconds so far, including the current attempt (from ``since``)."""
+    return JobView(
+        id=job_id,
+        user="alice",
+        spec=spec(sum(len(p.gpu_indices) for p in placement)),
+        state=JobState.RUNNING,
+        submit_time=submit_time,
+        queued_since=queued_since,
+        attempt=1,
+        suspensions=0,
+        lease_expires_at=expires,
+        placement=placement,
+        running_since=since,
+        attained_gpu_s=attained,
+    )
+
+
+def snapshot(
+    now: float,
+    active: Iterable[JobView] = (),
+    queued: Iterable[JobView] = (),
+    busy: Iterable[JobView] = (),
+    nodes: dict[str, int] | None = None,
+) -> ClusterSnapshot:
+    """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
+    nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
+    active, queued, busy = tuple(active), tuple(queued), tuple(busy)
+    held: dict[str, set[int]] = {}
+    for job in active + busy:
+        for p in job.placement:
+            held.setdefault(p.node_id, set()).update(p.gpu_indices)
+    views = tuple(
+        NodeView(n, tuple(range(c)), tuple(i for i in range(c) if i not in held.get(n, set())))
+        for n, c in nodes.items()
+    )
+    return ClusterSnapshot(
+        now=now, nodes=views, queued=queued, active=active, busy=busy, default_lease_s=LEASE
+    )
+
+
+def decide(snap: ClusterSnapshot, **settings: object) -> Decision:
+    return TiresiasPolicy(**settings).decide(snap)  # type: ignore[arg-type]
+
+
+def launched(decision: Decision) -> list[str]:
+    return [item.job_id for item in decision.launch]
+
+
+# --- queues ----------------------------------------------------------------------------------
+
+
+def test_defaults_two_queues_3200_gpu_seconds_promote_knob_8():
+    policy = TiresiasPolicy()
+    assert policy.thresholds_gpu_s == (3200.0,)
+    assert policy.promote_knob == 8.0
+    assert policy.name == "tiresias"
+
+
+def test_queue_of_demotes_when_attained_service_reaches_a_threshold():
+    policy = TiresiasPolicy()
+    assert [policy.queue_of(s) for s in (0.0, 3199.9, 3200.0, 1e9)] == [0, 0, 1, 1]
+    three = TiresiasPolicy(thresholds_gpu_s=(100.0, 1000.0))
+    assert [three.queue_of(s) for s in (50.0, 100.0, 999.0, 1000.0)] == [0, 1, 1, 2]
+
+
+def test_attained_service_is_gpus_times_time():
+    policy = TiresiasPolicy()
+    # 2 GPUs for 1,600 s reach the threshold; 1 GPU for 3,199 s does not.
+    assert policy.key(waiting("wide", 2, attained=3200.0, queued_since=9.0), now=10.0)[0] == 1
+    assert policy.key(waiting("thin", 1, attained=3199.0, queued_since=9.0), now=10.0)[0] == 0
+
+
+def test_higher_queue_first_and_fifo_by_submission_within_a_queue():
+    # Within Q0 the order is FIFO, not least-attained-first: b (3,000 GPU-s) goes before a (0).
+    queue = [
+        waiting("c", 1, attained=10.0, queued_since=5.0, submit_time=3.0),
+        waiting("old", 1, attained=5000.0, queued_since=5.0, submit_time=0.0),
+        waiting("a", 1, attained=0.0, queued_since=2.0),
+        waiting("b", 1, attained=3000.0, queued_since=5.0, submit_time=1.0),
+    ]
+    decision = decide(snapshot(10.0, queued=queue, nodes={"n1": 3}))
+    assert decision.launch == (
+        Launch("b", on("n1", 0), LEASE),
+        Launch("a", on("n1", 1), LEASE),
+        Launch("c", on("n1", 2), LEASE),
+    )
+
+
+def test_a_lower_queue_job_backfills_behind_a_top_queue_job_that_does_not_fit():
+    b = running("B", on("n2", 0, 1), attained=10.0, expires=99.0)
+    queue = [waiting("big", 4), waiting("old", 1, attained=9000.0, queued_since=9.0)]
+    decision = decide(snapshot(10.0, active=[b], queued=queue))
+    assert decision == Decision(launch=(Launch("old", on("n1", 0), LEASE),))
+
+
+# --- preemption across queues only -----------------------------------------------------------
+
+
+def test_an_expired_demoted_job_yields_to_a_top_queue_job():
+    a = running("A", on("n1", 0, 1), attained=4000.0, expires=100.0)  # Q1
+    b = running("B", on("n2", 0, 1), attained=100.0, expires=100.0)  # Q0
+    decision = decide(snapshot(100.0, active=[a, b], queued=[waiting("N", 2, queued_since=50.0)]))
+    assert decision == Decision(
+        renew=(Renew("B", LEASE),), suspend=(Suspend("A", "lease expired; yields to N"),)
+    )
+
+
+def test_no_preemption_within_a_queue_even_with_more_attained_service():
+    a = running("A", on("n1", 0, 1), attained=3100.0, expires=100.0)  # still Q0
+    b = running("B", on("n2", 0, 1), attained=3199.0, expires=100.0)  # still Q0
+    decision = decide(snapshot(100.0, active=[a, b], queued=[waiting("N", 2, queued_since=50.0)]))
+    assert decision == Decision(renew=(Renew("A", LEASE), Renew("B", LEASE)))
+
+
+def test_a_demoted_job_whose_lease_has_not_expired_keeps_running():
+    a = running("A", on("n1", 0, 1), attained=9000.0, expires=100.5)
+    b = running("B", on("n2", 0, 1), attained=9000.0, expires=200.0)
+    assert decide(snapshot(100.0, active=[a, b], queued=[waiting("N", 1, queued_since=9.0)])) == (
+        Decision()
+    )
+
+
+# --- starvation avoidance --------------------------------------------------------------------
+
+
+def test_promotion_when_waiting_reaches_the_knob_times_executed_time():
+    policy = TiresiasPolicy()
+    # 4,000 GPU-s on 1 GPU: executed 4,000 s; queued since 100 -> promoted at 100 + 8 x 4,000.
+    job = waiting("S", 1, attained=4000.0, queued_since=100.0, submit_time=7.0)
+    assert policy.key(job, now=32_099.9) == (1, 7.0, "S")
+    assert policy.key(job, now=32_100.0) == (0, 32_100.0, "S")
+    assert TiresiasPolicy(promote_knob=None).key(job, now=1e9) == (1, 7.0, "S")
+    # 2 GPUs: executed time is 2,000 s, so the wait needed is 16,000 s
+    wide = waiting("W", 2, attained=4000.0, queued_since=0.0)
+    assert policy.key(wide, now=16_000.0) == (0, 16_000.0, "W")
+
+
+def test_a_promoted_job_preempts_an_expired_demoted_job():
+    a = running("A", on("n1", 0), attained=10_000.0, expires=40_000.0)
+    s = waiting("S", 1, attained=4000.0, queued_since=0.0)
+    snap = snapshot(40_000.0, active=[a], queued=[s], nodes={"n1": 1})
+    assert decide(snap) == Decision(suspend=(Suspend("A", "lease expired; yields to S"),))
+    assert decide(snap, promote_knob=None) == Decision(renew=(Renew("A", LEASE),))
+
+
+def test_a_promoted_job_takes_its_fifo_place_in_the_top_queue():
+    # S was promoted at 32,000: after a job submitted at 31,000, before one submitted at 35,000.
+    s = waiting("S", 1, attained=4000.0, queued_since=0.0)
+    earlier = waiting("N1", 1, queued_since=31_000.0)
+    later = waiting("N2", 1, queued_since=35_000.0)
+    one_gpu = {"n1": 1}
+    assert launched(decide(snapshot(40_000.0, queued=[s, earlier], nodes=one_gpu))) == ["N1"]
+    assert launched(decide(snapshot(40_000.0, queued=[s, later], nodes=one_gpu))) == ["S"]
+
+
+def test_a_promoted_attempt_counts_only_its_own_service():
+    # P waited 40,000 s after 4,000 s of service: promoted, so this attempt starts a new count
+    # (100 GPU-s: Q0) and the new Q0 job N cannot preempt it. Q waited only 1,000 s: it is
+    # still a Q1 job and yields.
+    p = running("P", on("n1", 0), attained=4100.0, expires=40_100.0, since=40_000.0)
+    q = running(
+        "Q", on("n2", 0), attained=4100.0, expires=40_100.0, since=40_000.0, queued_since=39_000.0
+    )
+    queue = [waiting("N", 1, queued_since=40_050.0)]
+    decision = decide(snapshot(40_100.0, active=[p, q], queued=queue, nodes={"n1": 1, "n2": 1}))
+    assert decision == Decision(
+        renew=(Renew("P", LEASE),), suspend=(Suspend("Q", "lease expired; yields to N"),)
+    )
+    policy = TiresiasPolicy()
+    assert policy.key(p, now=40_100.0) == (0, 32_000.0, "P")
+    # once the promoted attempt itself reaches the threshold, P is demoted again
+    p_later = replace(p, attained_gpu_s=4000.0 + 3200.0)
+    assert policy.key(p_later, now=43_200.0)[0] == 1
+
+
+def test_no_victim_while_released_gpus_suffice_and_an_oversize_job_blocks_nothing():
+    # X is checkpointing on n1; Y (Q1) expires on n2. "huge" can never run (5 GPUs on 4) and
+    # W fits once X is gone: nobody else yields, Y is renewed.
+    x = replace(
+        running("X", on("n1", 0, 1), attained=9000.0, expires=0.0), state=JobState.SUSPENDING
+    )
+    y = running("Y", on("n2", 0, 1), attained=9000.0, expires=100.0)
+    queue = [waiting("huge", 5, queued_since=1.0), waiting("W", 2, queued_since=2.0)]
+    assert decide(snapshot(100.0, active=[y], queued=queue, busy=[x])) == Decision(
+        renew=(Renew("Y", LEASE),)
+    )
+
+
+def test_registry_builds_tiresias():
+    policy = make_policy("tiresias")
+    assert isinstance(policy, TiresiasPolicy) and policy.name == "tiresias"
+
+
+# --- randomized invariants -------------------------------------------------------------------
+
+
+def random_spec(rng: random.Random, gpus: int, per_process: int) -> JobSpec:
+    job_class = rng.choice(list(JobClass))
+    first = rng.uniform(100, 3000)
+    deadlines = {
+        JobClass.BEST_EFFORT: (),
+        JobClass.STRICT_SLO: (Deadline(first, 1.0),),
+        JobClass.SOFT_SLO: (Deadline(first, 1.0), Deadline(first * 2, 0.5)),
+    }[job_class]
+    return JobSpec(
+        "job",
+        ("python", "t.py"),
+        gpus,
+        IterationStop(10),
+        job_class=job_class,
+        deadlines=deadlines,
+        gpus_per_process=per_process,
+    )
+
+
+def random_snapshot(rng: random.Random) -> ClusterSnapshot:
+    """A few nodes, running/expired/suspending jobs on random GPUs, a random queue."""
+    now = 10_000.0
+    sizes = {f"n{i}": rng.randint(1, 8) for i in range(rng.randint(1, 5))}
+    active: list[JobView] = []
+    busy: list[JobView] = []
+    for node, count in sizes.items():
+        free = list(range(count))
+        rng.shuffle(free)
+        while free and rng.random() < 0.8:
+            cut = rng.randint(1, len(free))
+            take, free = sorted(free[:cut]), free[cut:]
+            since = rng.uniform(0, now)
+            job = JobView(
+                id=f"r{len(active) + len(busy)}",
+                user="u",
+                spec=random_spec(rng, len(take), 1),
+                state=JobState.RUNNING,
+                submit_time=rng.uniform(0, since),
+                queued_since=rng.uniform(0, since),
+                attempt=1,
+                suspensions=0,
+                lease_expires_at=rng.choice([now - 1.0, now, now + 50.0]),
+                placement=tuple(TaskPlacement(r, node, (g,)) for r, g in enumerate(take)),
+                running_since=since,
+                attained_gpu_s=(now - since) * len(take) + rng.choice([0.0, rng.uniform(0, 9000)]),
+                estimated_remaining_s=rng.choice([None, rng.uniform(0, 2000)]),
+            )
+            if rng.random() < 0.15:
+                busy.append(replace(job, state=JobState.SUSPENDING))
+            else:
+                active.append(job)
+    queued = []
+    for i in range(rng.randint(0, 12)):
+        per_process = rng.choice([1, 1, 2, 4])
+        queued_since = rng.uniform(0, now)
+        queued.append(
+            JobView(
+                id=f"q{i}",
+                user="u",
+                spec=random_spec(rng, per_process * rng.choice([1, 1, 2, 3, 4]), per_process),
+                state=rng.choice([JobState.PENDING, JobState.SUSPENDED]),
+                submit_time=rng.uniform(0, queued_since),
+                queued_since=queued_since,
+                attempt=0,
+                suspensions=0,
+                attained_gpu_s=rng.choice([0.0, rng.uniform(0, 9000)]),
+                estimated_remaining_s=rng.choice([None, rng.uniform(0, 2000)]),
+            )
+        )
+    rng.shuffle(queued)
+    return snapshot(now, active=active, queued=queued, busy=busy, nodes=sizes)
+
+
+def check_invariants(snap: ClusterSnapshot, decision: Decision) -> None:
+    free = {n.id: set(n.free_gpu_indices) for n in snap.nodes}
+    queued = {j.id: j for j in snap.queued}
+    taken: set[tuple[str, int]] = set()
+    assert len({item.job_id for item in decision.launch}) == len(decision.launch)
+    for item in decision.launch:
+        job = queued[item.job_id]
+        assert item.lease_s > 0
+        assert sum(len(p.gpu_indices) for p in item.placement) == job.gpus
+        assert [p.rank for p in item.placement] == list(range(len(item.placement)))
+        for p in item.placement:
+            assert len(p.gpu_indices) == job.spec.gpus_per_process
+            for gpu in p.gpu_indices:
+                assert gpu in free[p.node_id], "launch on a GPU that is not free (or not there)"
+                assert (p.node_id, gpu) not in taken, "two launches share a GPU"
+                taken.add((p.node_id, gpu))
+    expired = {j.id for j in snap.expired()}
+    answered = [r.job_id for r in decision.renew] + [s.job_id for s in decision.suspend]
+    assert sorted(answered) == sorted(expired), "every expired lease: renewed xor suspended"
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_snapshots_keep_the_invariants(seed: int):
+    snap = random_snapshot(random.Random(seed))
+    decision = decide(snap)
+    check_invariants(snap, decision)
+    policy = TiresiasPolicy()
+    queues = {j.id: policy.key(j, snap.now)[0] for j in snap.queued + snap.active}
+    for item in decision.suspend:
+        assert any(queues[q.id] < queues[item.job_id] for q in snap.queued), "needless victim"
+    assert decide(snap) == decision

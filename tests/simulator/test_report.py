@@ -1,0 +1,123 @@
+"""Reports: JSON round trip, the side-by-side table and the PNG figure."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from mlsched.model import Deadline, JobClass
+from simulator.metrics import compute_metrics, gpu_utilization
+from simulator.report import (
+    ROWS,
+    format_table,
+    jct_cdf,
+    output_png,
+    plot,
+    utilization_series,
+    write_json,
+)
+from simulator.types import JobRecord, SimResult, TraceJob
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def job(job_id: str, submit: float, job_class: JobClass = JobClass.BEST_EFFORT) -> TraceJob:
+    deadlines = () if job_class is JobClass.BEST_EFFORT else (Deadline(100, 100),)
+    return TraceJob(job_id, "u", submit, 10.0, 1, job_class=job_class, deadlines=deadlines)
+
+
+def result(policy: str, ends: list[float | None]) -> SimResult:
+    """Jobs j0, j1, ... submitted at 0, 10, 20, ..., started on submission; j0 is strict SLO."""
+    records = [
+        JobRecord(
+            job=job(f"j{i}", 10 * i, JobClass.STRICT_SLO if i == 0 else JobClass.BEST_EFFORT),
+            first_start_s=10 * i,
+            end_s=end,
+        )
+        for i, end in enumerate(ends)
+    ]
+    makespan = max((e for e in ends if e is not None), default=0.0)
+    return SimResult(
+        policy=policy,
+        total_gpus=2,
+        records=records,
+        utilization=[(0, 1), (10, 2), (makespan, 0)],
+        decision_times_s=[0.001, 0.002],
+        makespan_s=makespan,
+        wall_s=0.25,
+    )
+
+
+@pytest.fixture
+def results() -> dict[str, SimResult]:
+    return {"fifo": result("fifo", [90, 300, None]), "unisched": result("unisched", [50, 200, 400])}
+
+
+def test_json_round_trip(tmp_path, results):
+    metrics = {name: compute_metrics(r) for name, r in results.items()}
+    path = write_json(metrics, tmp_path / "out" / "metrics.json")
+    assert json.loads(path.read_text()) == metrics
+    assert list(json.loads(path.read_text())) == ["fifo", "unisched"]
+
+
+def test_table_has_every_policy_and_metric_row(results):
+    table = format_table({name: compute_metrics(r) for name, r in results.items()})
+    lines = table.splitlines()
+    assert lines[0].split() == ["metric", "fifo", "unisched"]
+    for label, _, _ in ROWS:
+        assert any(line.startswith(label) for line in lines), label
+    assert len(lines) == len(ROWS) + 2  # header and rule
+
+
+def test_table_values_and_units(results):
+    table = format_table({name: compute_metrics(r) for name, r in results.items()})
+    width = max(len(label) for label, _, _ in ROWS)
+    rows = {line[:width].strip(): line[width:].split() for line in table.splitlines()[2:]}
+    # j0 (strict, deadline 100 s) finishes at 90 under fifo and at 50 under unisched.
+    assert rows["R^slo (%)"] == ["0.00", "0.00"]
+    # fifo JCT all: [90, 290] -> avg 190 s = 3.2 min; unisched: [50, 190, 380] -> 206.67 s
+    assert rows["JCT avg all (min)"] == ["3.2", "3.4"]
+    # no soft jobs: a dash in each column
+    assert rows["JCT avg soft (min)"] == ["-", "-"]
+    assert rows["Jobs completed"] == ["2", "3"]
+    assert rows["Decision max (ms)"] == ["2.0", "2.0"]
+
+
+def test_table_shows_a_dash_for_missing_metrics():
+    table = format_table({"old": {"policy": "old", "r_slo": 0.5}})
+    assert "50.00" in table
+    assert table.splitlines()[3].split()[-1] == "-"  # deadline miss rate absent
+
+
+def test_plot_writes_a_png(tmp_path, results):
+    out = plot(results, tmp_path / "fig.png")
+    assert out == tmp_path / "fig.png"
+    data = out.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 1000
+
+
+def test_plot_into_a_directory(tmp_path, results):
+    out = plot(results, tmp_path / "plots")
+    assert out == output_png(tmp_path / "plots") == tmp_path / "plots" / "metrics.png"
+    assert out.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_plot_copes_with_a_policy_that_finished_nothing(tmp_path):
+    idle = SimResult("idle", 4, [JobRecord(job=job("a", 0))])
+    assert plot({"idle": idle}, tmp_path / "idle.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_series_are_downsampled_and_keep_the_utilization_integral():
+    rng = random.Random(7)
+    times = sorted(rng.uniform(0, 100_000) for _ in range(10_000))
+    samples = [(t, rng.randint(0, 8)) for t in times]
+    records = [JobRecord(job=job(f"j{i}", 0), end_s=rng.uniform(1, 100_000)) for i in range(5000)]
+    big = SimResult("p", 8, records, utilization=samples, makespan_s=100_000)
+    starts, util = utilization_series(big)
+    assert len(starts) == len(util) == 2000
+    assert util.mean() == pytest.approx(gpu_utilization(big))  # equal bins: mean of means
+    jcts, fraction = jct_cdf(big)
+    assert len(jcts) == 2000
+    assert fraction[-1] == 1.0 and jcts[-1] == max(r.jct_s for r in records)
