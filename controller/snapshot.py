@@ -59,7 +59,12 @@ def build_snapshot(state: ControllerState) -> ClusterSnapshot:
     return ClusterSnapshot(
         now=state.clock.now(),
         nodes=nodes,
-        queued=tuple(v for v in views if v.state.queued),
+        queued=tuple(
+            sorted(
+                (v for v in views if v.state.queued),
+                key=lambda v: (v.queued_since, v.submit_time, v.id),
+            )
+        ),
         active=tuple(v for v in views if v.state.active),
         busy=tuple(v for v in views if v.state in (JobState.SUSPENDING, JobState.CANCELLING)),
         default_lease_s=state.settings.lease_s,

@@ -137,6 +137,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from controller.cli import add_controller_command
     from nodeagent.cli import add_agent_command
+    from simulator.cli import add_simulate_command
 
     parser = argparse.ArgumentParser(
         prog="mlsched", description="Scheduler for deep-learning training jobs on GPU clusters."
@@ -144,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_controller_command(sub)
     add_agent_command(sub)
+    add_simulate_command(sub)
 
     p = sub.add_parser("submit", help="submit a job from a YAML spec")
     p.add_argument("file", help="job spec (YAML)")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from controller.policy import available_policies, make_policy
-from simulator.engine import PRESETS, ClusterShape, Simulation, SimConfig
+from simulator.engine import PRESETS, ClusterShape, SimConfig, Simulation
 from simulator.jobmodel import TraceJobModel, UnknownModel
 from simulator.metrics import compute_metrics
 from simulator.report import format_table, plot, write_json
@@ -20,33 +20,71 @@ from simulator.workload import assign_slo, assign_stopping, scale_density
 def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("simulate", help="simulate policies over a job trace")
     p.add_argument("--trace", type=Path, required=True, help="trace file (CSV)")
-    p.add_argument("--format", choices=("philly", "csv"), default="philly",
-                   help="philly: the Chronus Philly-derived format; csv: generic [%(default)s]")
-    p.add_argument("--columns", help="generic CSV column mapping, e.g. "
-                   "submit=submit_time,duration=duration,gpus=num_gpu,time_unit=m")
-    p.add_argument("--zero-gpu", choices=("one", "skip", "error"), default="one",
-                   help="Philly rows asking for 0 GPUs (CPU jobs) [%(default)s]")
-    p.add_argument("--policy", default="fifo",
-                   help=f"comma-separated policies: {', '.join(available_policies())}")
-    p.add_argument("--cluster", default="C120",
-                   help="C120 (120x8 GPUs), C96 (96x8) or NODESxGPUS [%(default)s]")
-    p.add_argument("--model-info", type=Path,
-                   help="per-model placement speeds (default: model_info.json beside the trace)")
+    p.add_argument(
+        "--format",
+        choices=("philly", "csv"),
+        default="philly",
+        help="philly: the Chronus Philly-derived format; csv: generic [%(default)s]",
+    )
+    p.add_argument(
+        "--columns",
+        help="generic CSV column mapping, e.g. "
+        "submit=submit_time,duration=duration,gpus=num_gpu,time_unit=m",
+    )
+    p.add_argument(
+        "--zero-gpu",
+        choices=("one", "skip", "error"),
+        default="one",
+        help="Philly rows asking for 0 GPUs (CPU jobs) [%(default)s]",
+    )
+    p.add_argument(
+        "--policy",
+        default="fifo",
+        help=f"comma-separated policies: {', '.join(available_policies())}",
+    )
+    p.add_argument(
+        "--cluster",
+        default="C120",
+        help="C120 (120x8 GPUs), C96 (96x8) or NODESxGPUS [%(default)s]",
+    )
+    p.add_argument(
+        "--model-info",
+        type=Path,
+        help="per-model placement speeds (default: model_info.json beside the trace)",
+    )
     p.add_argument("--lease-seconds", type=float, default=300.0, help="[%(default)s]")
-    p.add_argument("--cycle-seconds", type=float, default=60.0,
-                   help="least time between triggered cycles [%(default)s]")
-    p.add_argument("--density", type=float, default=1.0,
-                   help="job density scaling, 0.8-1.6 as in UniSched Fig. 6c [%(default)s]")
-    p.add_argument("--assign-slo", metavar="STRICT,SOFT",
-                   help="give fractions of jobs strict/soft SLOs (UniSched §IV-B), e.g. 0.3,0.3")
-    p.add_argument("--performance-fraction", type=float, default=0.0,
-                   help="fraction of jobs that stop at a target metric (paper: 0.2)")
+    p.add_argument(
+        "--cycle-seconds",
+        type=float,
+        default=60.0,
+        help="least time between triggered cycles [%(default)s]",
+    )
+    p.add_argument(
+        "--density",
+        type=float,
+        default=1.0,
+        help="job density scaling, 0.8-1.6 as in UniSched Fig. 6c [%(default)s]",
+    )
+    p.add_argument(
+        "--assign-slo",
+        metavar="STRICT,SOFT",
+        help="give fractions of jobs strict/soft SLOs (UniSched §IV-B), e.g. 0.3,0.3",
+    )
+    p.add_argument(
+        "--performance-fraction",
+        type=float,
+        default=0.0,
+        help="fraction of jobs that stop at a target metric (paper: 0.2)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, help="only the first N jobs")
     p.add_argument("--json", type=Path, dest="json_path", help="write metrics JSON here")
     p.add_argument("--plot", type=Path, help="write a PNG (JCT CDF, utilisation) here")
-    p.add_argument("--check-invariants", action="store_true",
-                   help="verify the simulator's invariants every cycle (slower)")
+    p.add_argument(
+        "--check-invariants",
+        action="store_true",
+        help="verify the simulator's invariants every cycle (slower)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_simulate)
 
@@ -64,8 +102,10 @@ def parse_policies(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in available_policies()]
     if unknown or not names:
-        raise ValueError(f"unknown policy {', '.join(unknown) or '(none)'}; "
-                         f"valid: {', '.join(available_policies())}")
+        raise ValueError(
+            f"unknown policy {', '.join(unknown) or '(none)'}; "
+            f"valid: {', '.join(available_policies())}"
+        )
     return names
 
 
@@ -74,8 +114,9 @@ def load_workload(args: argparse.Namespace) -> list[TraceJob]:
         jobs = load_philly(args.trace, zero_gpu=args.zero_gpu)
     else:
         if not args.columns:
-            raise ValueError(f"--columns is required for --format csv; keys: "
-                             f"{', '.join(ColumnMapping.keys())}")
+            raise ValueError(
+                f"--columns is required for --format csv; keys: {', '.join(ColumnMapping.keys())}"
+            )
         jobs = load_csv(args.trace, ColumnMapping.parse(args.columns))
     if args.limit:
         jobs = jobs[: args.limit]
@@ -107,8 +148,11 @@ def run_simulate(args: argparse.Namespace) -> int:
     except (TraceError, UnknownModel, ValueError, OSError) as exc:
         print(f"mlsched simulate: {exc}", file=sys.stderr)
         return 2
-    config = SimConfig(lease_s=args.lease_seconds, cycle_s=args.cycle_seconds,
-                       check_invariants=args.check_invariants)
+    config = SimConfig(
+        lease_s=args.lease_seconds,
+        cycle_s=args.cycle_seconds,
+        check_invariants=args.check_invariants,
+    )
     results: dict[str, SimResult] = {}
     for name in policies:
         progress = None if args.quiet else _progress_bar(name)
@@ -133,7 +177,11 @@ def _progress_bar(policy: str):  # type: ignore[no-untyped-def]
         if percent != state["shown"]:
             state["shown"] = percent
             bar = "#" * (percent // 4)
-            print(f"\r{policy:>10} [{bar:<25}] {percent:3d}% {done}/{total} jobs",
-                  end="", file=sys.stderr, flush=True)
+            print(
+                f"\r{policy:>10} [{bar:<25}] {percent:3d}% {done}/{total} jobs",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
 
     return show

@@ -18,8 +18,9 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from types import MappingProxyType
 
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, JobView, NodeView, Policy
@@ -52,6 +53,19 @@ class SimConfig:
     max_time_s: float | None = None  # stop the clock here (None: run until every job ends)
 
 
+_NO_METRICS: Mapping[str, float] = MappingProxyType({})
+_VIEW_FIELDS = frozenset(f.name for f in fields(JobView))
+
+
+def _job_view(values: dict[str, object]) -> JobView:
+    """A JobView from every one of its fields, without running ``__init__``: the frozen
+    dataclass's field-by-field ``object.__setattr__`` dominated simulation time (the result is
+    equal to ``JobView(**values)``; a test checks it)."""
+    view = object.__new__(JobView)
+    view.__dict__.update(values)
+    return view
+
+
 class InvariantViolation(AssertionError):
     """The simulation broke one of its own rules (a bug, never a property of the trace)."""
 
@@ -62,12 +76,10 @@ class _Job:
     __slots__ = (
         "attempt",
         "attempt_start",
-        "held_from",
         "lease_expires",
         "placement",
         "progress_from",
         "queued_since",
-        "queued_view",
         "record",
         "remaining",
         "spec",
@@ -100,8 +112,6 @@ class _Job:
         self.queued_since = trace.submit_s
         self.version = 0
         self.attempt = 0
-        self.held_from = 0.0
-        self.queued_view: JobView | None = None
 
     def remaining_at(self, now: float) -> float:
         if self.state is not JobState.RUNNING or now <= self.progress_from:
@@ -129,6 +139,8 @@ class Simulation:
         self._jobs = [_Job(t, model.work_s(t)) for t in sorted(jobs, key=lambda j: j.submit_s)]
         self._free = {f"n{i:03d}": set(range(shape.gpus_per_node)) for i in range(shape.nodes)}
         self._all_gpus = tuple(range(shape.gpus_per_node))
+        self._node_views: dict[str, NodeView] = {}
+        self._dirty_nodes: set[str] = set(self._free)
         self._indices = {j.trace.id: i for i, j in enumerate(self._jobs)}
         if len(self._indices) != len(self._jobs):
             raise ValueError("job ids in a trace must be unique")
@@ -137,6 +149,7 @@ class Simulation:
         self._now = 0.0
         self._busy = 0
         self._queued: dict[str, _Job] = {}
+        self._queued_views: dict[str, JobView] = {}  # same order as _queued
         self._active: dict[str, _Job] = {}
         self._releasing: dict[str, _Job] = {}
         self._done = 0
@@ -198,21 +211,24 @@ class Simulation:
         self._now = max(self._now, t)
 
     def _drain_events(self, t: float) -> bool:
-        changed = False
+        """Process every event due by ``t``; True when a cycle could now start something:
+        GPUs were freed, or a job arrived while some GPU is free. (With every GPU busy an
+        arrival can only preempt, and preemption waits for a lease boundary.)"""
+        worth_a_cycle = False
         while self._heap and self._heap[0][0] <= t + _EPS:
             _, _, kind, index, version = heapq.heappop(self._heap)
             job = self._jobs[index]
             if kind == _ARRIVE:
                 job.state = JobState.PENDING
-                self._queued[job.trace.id] = job
-                changed = True
+                self._enqueue(job)
+                worth_a_cycle |= self._busy < self._shape.total_gpus
             elif version == job.version:
                 if kind == _FINISH:
                     self._complete(job)
                 else:
                     self._released(job)
-                changed = True
-        return changed
+                worth_a_cycle = True
+        return worth_a_cycle
 
     # --- cycles ------------------------------------------------------------------------------
     def _cycle(self) -> None:
@@ -226,43 +242,50 @@ class Simulation:
 
     def _snapshot(self) -> ClusterSnapshot:
         now = self._now
-        nodes = tuple(
-            NodeView(node_id, self._all_gpus, tuple(sorted(free)))
-            for node_id, free in self._free.items()
-        )
+        for node_id in self._dirty_nodes:
+            self._node_views[node_id] = NodeView(
+                node_id, self._all_gpus, tuple(sorted(self._free[node_id]))
+            )
+        self._dirty_nodes.clear()
+        nodes = tuple(self._node_views.values())
         return ClusterSnapshot(
             now=now,
             nodes=nodes,
-            queued=tuple(self._queued_view(j) for j in self._queued.values()),
+            queued=tuple(self._queued_views.values()),
             active=tuple(self._view(j) for j in self._active.values()),
             busy=tuple(self._view(j) for j in self._releasing.values()),
             default_lease_s=self._config.lease_s,
         )
 
-    def _queued_view(self, job: _Job) -> JobView:
-        if job.queued_view is None:
-            job.queued_view = self._view(job)
-        return job.queued_view
+    def _enqueue(self, job: _Job) -> None:
+        self._queued[job.trace.id] = job
+        self._queued_views[job.trace.id] = self._view(job)
 
     def _view(self, job: _Job) -> JobView:
         now = self._now
         held = (now - job.attempt_start) * job.trace.gpus if job.placement else 0.0
         remaining = job.remaining_at(now)
-        return JobView(
-            id=job.trace.id,
-            user=job.trace.user,
-            spec=job.spec,
-            state=job.state,
-            submit_time=job.trace.submit_s,
-            queued_since=job.queued_since,
-            attempt=job.attempt,
-            suspensions=job.record.suspensions,
-            lease_expires_at=job.lease_expires if job.state is JobState.RUNNING else None,
-            placement=job.placement,
-            running_since=job.attempt_start if job.placement else None,
-            attained_gpu_s=job.record.gpu_s + held,
-            estimated_remaining_s=remaining / max(job.speed, _EPS) if job.placement else remaining,
-            model=job.trace.model,
+        return _job_view(
+            {
+                "id": job.trace.id,
+                "user": job.trace.user,
+                "spec": job.spec,
+                "state": job.state,
+                "submit_time": job.trace.submit_s,
+                "queued_since": job.queued_since,
+                "attempt": job.attempt,
+                "suspensions": job.record.suspensions,
+                "iteration": 0,
+                "metrics": _NO_METRICS,
+                "lease_expires_at": job.lease_expires if job.state is JobState.RUNNING else None,
+                "placement": job.placement,
+                "running_since": job.attempt_start if job.placement else None,
+                "attained_gpu_s": job.record.gpu_s + held,
+                "estimated_remaining_s": remaining / max(job.speed, _EPS)
+                if job.placement
+                else remaining,
+                "model": job.trace.model,
+            }
         )
 
     def _apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
@@ -305,8 +328,10 @@ class Simulation:
             raise InvariantViolation(f"{job.trace.id} runs before its submission")
         for p in placement:
             self._free[p.node_id].difference_update(p.gpu_indices)
+            self._dirty_nodes.add(p.node_id)
         self._set_busy(self._busy + job.trace.gpus)
         del self._queued[job.trace.id]
+        del self._queued_views[job.trace.id]
         self._active[job.trace.id] = job
         nodes = len({p.node_id for p in placement})
         job.record.nodes_used = max(job.record.nodes_used, nodes)
@@ -316,7 +341,6 @@ class Simulation:
         job.attempt += 1
         job.version += 1
         job.state = JobState.RUNNING
-        job.queued_view = None
         job.placement = placement
         job.speed = self._model.speed(job.trace, job.trace.gpus, nodes)
         job.attempt_start = now
@@ -341,8 +365,7 @@ class Simulation:
         del self._releasing[job.trace.id]
         job.state = JobState.SUSPENDED
         job.queued_since = self._now
-        job.queued_view = None
-        self._queued[job.trace.id] = job
+        self._enqueue(job)
 
     def _complete(self, job: _Job) -> None:
         if self._config.check_invariants and job.remaining_at(self._now) > 1e-3 * max(1, job.work):
@@ -361,6 +384,7 @@ class Simulation:
         job.record.gpu_s += (self._now - job.attempt_start) * job.trace.gpus
         for p in job.placement:
             self._free[p.node_id].update(p.gpu_indices)
+            self._dirty_nodes.add(p.node_id)
         job.placement = ()
         self._set_busy(self._busy - job.trace.gpus)
 

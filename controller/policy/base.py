@@ -7,7 +7,12 @@ is the time) and never knows whether the cluster is real or simulated.
 
 Lease semantics (UniSched §III-C1, Gavel, Chronus): every active job holds a lease. A job whose
 lease has expired (``lease_expires_at <= now``) must appear in ``renew`` or ``suspend``; if a
-policy names it in neither, the controller expires the lease and suspends the job.
+policy names it in neither, the controller expires the lease and suspends the job. Preemption
+happens at lease boundaries, so between boundaries the simulator skips cycles in which no GPU
+is free.
+
+``ClusterSnapshot.queued`` is in queue order: by ``queued_since`` (submission, or the time a
+suspended job rejoined the queue), exact ties in the order the jobs joined.
 """
 
 from __future__ import annotations

@@ -18,10 +18,6 @@ from controller.placement import place_job, with_released, without
 from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
 
 
-def queue_order(job: JobView) -> tuple[float, float, str]:
-    return (job.queued_since, job.submit_time, job.id)
-
-
 @dataclass
 class FifoPolicy:
     time_slicing: bool = True
@@ -38,7 +34,7 @@ class FifoPolicy:
         )
         launches: list[Launch] = []
         suspends: list[Suspend] = []
-        for job in sorted(snapshot.queued, key=queue_order):
+        for job in snapshot.queued:  # already in queue order
             if place_job(whole_cluster, job.gpus, job.spec.gpus_per_process) is None:
                 continue  # can never run on this cluster; must not block the queue
             placement = place_job(free, job.gpus, job.spec.gpus_per_process)

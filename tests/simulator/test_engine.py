@@ -157,3 +157,16 @@ def test_time_never_goes_backwards_is_enforced():
     sim._advance(10.0)
     with pytest.raises(InvariantViolation):
         sim._advance(5.0)
+
+
+def test_fast_job_views_equal_regular_ones():
+    from simulator import engine
+
+    jobs = [TraceJob("a", "u", 0, 600, 8, model="m")]
+    sim = Simulation(jobs, make_policy("fifo"), ONE_NODE, FlatModel(), CHECKED)
+    job = sim._jobs[0]
+    view = sim._view(job)
+    assert set(view.__dict__) == engine._VIEW_FIELDS
+    assert view == engine.JobView(**view.__dict__)
+    with pytest.raises(AttributeError):
+        view.id = "b"  # still frozen

@@ -17,7 +17,7 @@ from controller.policy.base import (
     Renew,
     Suspend,
 )
-from controller.policy.fifo import FifoPolicy, queue_order
+from controller.policy.fifo import FifoPolicy
 from mlsched.model import IterationStop, JobSpec, JobState
 
 LEASE = 100.0
@@ -93,7 +93,9 @@ def snapshot(
 ) -> ClusterSnapshot:
     """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
     nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
-    active, queued, busy = tuple(active), tuple(queued), tuple(busy)
+    active, busy = tuple(active), tuple(busy)
+    # The snapshot contract: queued jobs come in queue order (as the controller sorts them).
+    queued = tuple(sorted(queued, key=lambda j: (j.queued_since, j.submit_time, j.id)))
     held: dict[str, set[int]] = {}
     for job in active + busy:
         for p in job.placement:
@@ -128,11 +130,6 @@ def renewed(decision: Decision) -> list[str]:
 
 def test_empty_cluster_decides_nothing():
     assert FifoPolicy().decide(snapshot(0.0)) == Decision()
-
-
-def test_queue_order_key():
-    job = waiting("j-1", 1, 5.0, submit_time=2.0)
-    assert queue_order(job) == (5.0, 2.0, "j-1")
 
 
 def test_jobs_launch_in_queue_order_with_tie_breaks():
