@@ -52,6 +52,10 @@ def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="per-model placement speeds (default: model_info.json beside the trace)",
     )
+    p.add_argument(
+        "--default-model",
+        help="model-table row for jobs whose model the table lacks (generic traces)",
+    )
     p.add_argument("--lease-seconds", type=float, default=300.0, help="[%(default)s]")
     p.add_argument(
         "--cycle-seconds",
@@ -132,10 +136,15 @@ def load_workload(args: argparse.Namespace) -> list[TraceJob]:
 
 
 def job_model(args: argparse.Namespace) -> TraceJobModel:
-    path = args.model_info or args.trace.with_name("model_info.json")
-    if args.model_info is None and not path.exists():
+    """The placement-speed table: --model-info, or for Philly traces the Chronus
+    ``model_info.json`` beside the trace; without one, Eq. 2 with default costs."""
+    path = args.model_info
+    if path is None and args.format == "philly":
+        beside = args.trace.with_name("model_info.json")
+        path = beside if beside.exists() else None
+    if path is None:
         return TraceJobModel(seed=args.seed)
-    return TraceJobModel.from_model_info(path, seed=args.seed)
+    return TraceJobModel.from_model_info(path, seed=args.seed, default_model=args.default_model)
 
 
 def run_simulate(args: argparse.Namespace) -> int:

@@ -87,6 +87,8 @@ class _Job:
         "state",
         "trace",
         "version",
+        "gpus",
+        "static_view",
         "work",
     )
 
@@ -101,6 +103,16 @@ class _Job:
             deadlines=trace.deadlines,
         )
         self.record = JobRecord(job=trace)
+        self.gpus = trace.gpus
+        self.static_view: dict[str, object] = {
+            "id": trace.id,
+            "user": trace.user,
+            "spec": self.spec,
+            "submit_time": trace.submit_s,
+            "iteration": 0,
+            "metrics": _NO_METRICS,
+            "model": trace.model,
+        }
         self.state = JobState.PENDING
         self.work = work
         self.remaining = work
@@ -263,30 +275,27 @@ class Simulation:
 
     def _view(self, job: _Job) -> JobView:
         now = self._now
-        held = (now - job.attempt_start) * job.trace.gpus if job.placement else 0.0
-        remaining = job.remaining_at(now)
-        return _job_view(
-            {
-                "id": job.trace.id,
-                "user": job.trace.user,
-                "spec": job.spec,
-                "state": job.state,
-                "submit_time": job.trace.submit_s,
-                "queued_since": job.queued_since,
-                "attempt": job.attempt,
-                "suspensions": job.record.suspensions,
-                "iteration": 0,
-                "metrics": _NO_METRICS,
-                "lease_expires_at": job.lease_expires if job.state is JobState.RUNNING else None,
-                "placement": job.placement,
-                "running_since": job.attempt_start if job.placement else None,
-                "attained_gpu_s": job.record.gpu_s + held,
-                "estimated_remaining_s": remaining / max(job.speed, _EPS)
-                if job.placement
-                else remaining,
-                "model": job.trace.model,
-            }
-        )
+        values = job.static_view.copy()  # the fields that never change
+        values["state"] = state = job.state
+        values["queued_since"] = job.queued_since
+        values["attempt"] = job.attempt
+        values["suspensions"] = job.record.suspensions
+        values["placement"] = job.placement
+        if job.placement:
+            running = state is JobState.RUNNING
+            remaining = job.remaining
+            if running and now > job.progress_from:
+                remaining = max(0.0, remaining - (now - job.progress_from) * job.speed)
+            values["lease_expires_at"] = job.lease_expires if running else None
+            values["running_since"] = job.attempt_start
+            values["attained_gpu_s"] = job.record.gpu_s + (now - job.attempt_start) * job.gpus
+            values["estimated_remaining_s"] = remaining / max(job.speed, _EPS)
+        else:
+            values["lease_expires_at"] = None
+            values["running_since"] = None
+            values["attained_gpu_s"] = job.record.gpu_s
+            values["estimated_remaining_s"] = job.remaining
+        return _job_view(values)
 
     def _apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
         handled: set[str] = set()

@@ -66,7 +66,7 @@ class NodeView:
 class ClusterSnapshot:
     now: float
     nodes: tuple[NodeView, ...]
-    queued: tuple[JobView, ...]  # PENDING or SUSPENDED, in no particular order
+    queued: tuple[JobView, ...]  # PENDING or SUSPENDED, in queue order (module docstring)
     active: tuple[JobView, ...]  # STARTING or RUNNING: holding GPUs and a lease
     busy: tuple[JobView, ...] = ()  # SUSPENDING or CANCELLING: GPUs not yet released
     default_lease_s: float = 300.0

@@ -1,0 +1,301 @@
+"""``mlsched simulate`` end to end: small traces written here, run as the real command.
+
+The happy paths run ``python -m mlsched simulate`` as a subprocess (exit status, files and
+output as a user sees them); the input errors call ``mlsched.cli.main`` in-process, which is the
+same code path and much faster, and check the exit status and the message on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.policy import available_policies
+from mlsched.cli import main
+from simulator.trace import ColumnMapping
+
+HEADER = (
+    "job_id,user,num_gpu,submit_time,iterations,model_name,duration,interval,"
+    "expect_time_list,expect_value_list,best_effort,job_type\n"
+)
+
+# Chronus Philly rows (times in minutes): every class, 1-16 GPUs (16 spans both nodes of 2x8),
+# enough overlap that preemptive policies have something to do.
+ROWS = (
+    "0,u1,8,0,1000,resnet50,30,5,0,0,1,best",
+    "1,u2,4,1,800,vgg16,20,5,60,10,0,strict",
+    "2,u1,2,2,500,resnet50,10,5,15-25-35-45,10-8-5-2,0,soft",
+    "3,u3,8,3,900,vgg16,40,5,3,0,1,best",
+    "4,u2,1,5,100,resnet50,5,5,12,10,0,strict",
+    "5,u3,16,6,2000,vgg16,15,5,6,0,1,best",
+    "6,u1,4,8,300,resnet50,12,5,30-40,10-8,0,soft",
+    "7,u2,2,10,400,vgg16,8,5,10,0,1,best",
+)
+
+MODEL_INFO = {
+    "resnet50": {"2": {"1": 1.0, "2": 0.9}, "8": {"1": 1.0, "2": 0.8}},
+    "vgg16": {"4": {"1": 1.0, "2": 0.6}, "8": {"1": 1.0, "2": 0.5}, "16": {"2": 0.4}},
+}
+
+POLICIES = ("fifo", "srtf", "tiresias", "edf", "themis")
+METRIC_KEYS = {
+    "r_slo",
+    "deadline_miss_rate",
+    "jct_s",
+    "queue_s",
+    "makespan_s",
+    "preemptions_per_job",
+    "gpu_utilization",
+    "jobs_completed",
+    "jobs_total",
+    "wall_s",
+}
+CLASSES = ("all", "best_effort", "strict", "soft")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_trace(directory: Path, rows: tuple[str, ...] = ROWS, model_info: bool = True) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    trace = directory / "trace.csv"
+    trace.write_text(HEADER + "".join(r + "\n" for r in rows))
+    if model_info:
+        (directory / "model_info.json").write_text(json.dumps(MODEL_INFO))
+    return trace
+
+
+def run_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m mlsched <args>`` in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "mlsched", *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "MPLBACKEND": "Agg"},
+    )
+
+
+def simulate(capsys, *args: str | Path) -> tuple[int, str, str]:
+    """``mlsched simulate <args>`` in-process: (exit status, stdout, stderr)."""
+    code = main(["simulate", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- (a) every policy over a Philly trace, with JSON, PNG and the table -----------------------
+
+
+def test_simulate_every_policy_writes_json_png_and_a_table(tmp_path):
+    trace = write_trace(tmp_path / "data")
+    out_json, out_png = tmp_path / "out" / "out.json", tmp_path / "out" / "out.png"
+    proc = run_cli(
+        "simulate",
+        "--trace",
+        trace,
+        "--policy",
+        ",".join(POLICIES),
+        "--json",
+        out_json,
+        "--plot",
+        out_png,
+        "--cluster",
+        "2x8",
+        "--check-invariants",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+    metrics = json.loads(out_json.read_text())
+    assert list(metrics) == list(POLICIES)  # one object per policy, in the order asked
+    for policy, m in metrics.items():
+        assert set(m) >= METRIC_KEYS, f"{policy}: missing {METRIC_KEYS - set(m)}"
+        for section in ("jct_s", "queue_s"):
+            for cls in CLASSES:
+                assert {"avg", "median", "p95"} <= set(m[section][cls]), (policy, section, cls)
+        # 8 jobs: 4 best effort, 2 strict, 2 soft; all fit on 2x8 and finish.
+        assert (m["jobs_total"], m["jobs_completed"]) == (8, 8), policy
+        assert [m["jct_s"][c]["count"] for c in CLASSES] == [8, 4, 2, 2], policy
+        assert m["jct_s"]["all"]["avg"] > 0 and m["makespan_s"] > 0
+        assert 0 <= m["r_slo"] <= 1 and 0 <= m["deadline_miss_rate"] <= 1
+        assert 0 < m["gpu_utilization"] <= 1
+        assert m["preemptions_per_job"] >= 0 and m["wall_s"] >= 0
+    assert metrics["fifo"]["preemptions_per_job"] == 0  # plain FIFO never suspends
+
+    assert out_png.read_bytes()[:8] == PNG_MAGIC
+
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "8 jobs on 2x8 GPUs"
+    assert lines[1].split() == ["metric", *POLICIES]  # the side-by-side table's header
+    assert any(line.startswith("R^slo (%)") for line in lines)
+    assert any(
+        line.startswith("Jobs completed") and line.split()[2:] == ["8"] * 5 for line in lines
+    )
+
+
+# --- (b) bad input: exit status 2 and a message that says what is wrong ----------------------
+
+
+def test_malformed_row_names_the_line_and_the_column(tmp_path, capsys):
+    rows = list(ROWS)
+    rows[2] = "2,u1,x,2,500,resnet50,10,5,15-25-35-45,10-8-5-2,0,soft"  # third data row
+    trace = write_trace(tmp_path, tuple(rows))
+    code, out, err = simulate(capsys, "--trace", trace, "--quiet")
+    assert code == 2
+    # The header is line 1, so the third data row is line 4 of the file.
+    assert f"{trace}:4:" in err
+    assert "column 'num_gpu'" in err and "'x'" in err
+    assert out == ""
+
+
+def test_malformed_row_exit_status_through_python_dash_m(tmp_path):
+    rows = list(ROWS)
+    rows[2] = "2,u1,x,2,500,resnet50,10,5,15-25-35-45,10-8-5-2,0,soft"
+    trace = write_trace(tmp_path, tuple(rows))
+    proc = run_cli("simulate", "--trace", trace, "--quiet", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert ":4: column 'num_gpu'" in proc.stderr
+
+
+def test_unknown_policy_lists_the_valid_ones(tmp_path, capsys):
+    trace = write_trace(tmp_path)
+    code, _, err = simulate(capsys, "--trace", trace, "--policy", "fifo,lottery", "--quiet")
+    assert code == 2
+    assert "lottery" in err
+    for name in available_policies():
+        assert name in err
+    assert "fifo-lease" in err and "themis" in err
+
+
+def test_unknown_model_lists_the_valid_models(tmp_path, capsys):
+    trace = write_trace(tmp_path, (*ROWS, "8,u1,1,11,100,bert,5,5,11,0,1,best"))
+    code, out, err = simulate(capsys, "--trace", trace, "--quiet")
+    assert code == 2
+    assert "'bert'" in err
+    assert "resnet50" in err and "vgg16" in err
+    assert out == ""  # failed before any simulation
+
+
+@pytest.mark.parametrize("cluster", ["2by8", "0x8", "2x0", "x8", "C7", "-1x8"])
+def test_bad_cluster_is_rejected(tmp_path, capsys, cluster):
+    trace = write_trace(tmp_path)
+    code, out, err = simulate(capsys, "--trace", trace, f"--cluster={cluster}", "--quiet")
+    assert code == 2
+    assert "unknown cluster" in err and "NODESxGPUS" in err
+    assert out == ""
+
+
+def test_generic_csv_without_columns_names_the_valid_keys(tmp_path, capsys):
+    trace = tmp_path / "generic.csv"
+    trace.write_text("t,d,g\n0,60,1\n")
+    code, _, err = simulate(capsys, "--trace", trace, "--format", "csv", "--quiet")
+    assert code == 2
+    assert "--columns" in err
+    valid_keys = ColumnMapping.keys()  # (a classmethod, not a dict)
+    assert all(key in err for key in valid_keys), err
+
+
+def test_generic_csv_with_an_unknown_column_key_names_the_valid_keys(tmp_path, capsys):
+    trace = tmp_path / "generic.csv"
+    trace.write_text("t,d,g\n0,60,1\n")
+    code, _, err = simulate(
+        capsys,
+        "--trace",
+        trace,
+        "--format",
+        "csv",
+        "--columns",
+        "submit=t,duration=d,gpus=g,colour=red",
+        "--quiet",
+    )
+    assert code == 2
+    assert "'colour'" in err and "valid keys" in err
+
+
+def test_missing_trace_file_exits_2(tmp_path, capsys):
+    code, _, err = simulate(capsys, "--trace", tmp_path / "nope.csv", "--quiet")
+    assert code == 2
+    assert "nope.csv" in err
+
+
+def test_generic_csv_with_columns_runs(tmp_path, capsys):
+    # No model_info.json beside it: the default job model (no model names needed).
+    trace = tmp_path / "generic" / "jobs.csv"
+    trace.parent.mkdir()
+    trace.write_text(
+        "arrival,runtime,ngpu,deadline\n"
+        "0,10,8,\n"  # best effort: no deadline
+        "1,5,4,20\n"  # strict: one deadline
+        "2,5,4,15-30\n"  # soft: two deadlines
+    )
+    out_json = tmp_path / "generic.json"
+    code, out, err = simulate(
+        capsys,
+        "--trace",
+        trace,
+        "--format",
+        "csv",
+        "--columns",
+        "submit=arrival,duration=runtime,gpus=ngpu,deadline=deadline,time_unit=m",
+        "--policy",
+        "fifo,edf",
+        "--cluster",
+        "1x8",
+        "--json",
+        out_json,
+        "--check-invariants",
+        "--quiet",
+    )
+    assert code == 0, err
+    assert out.splitlines()[0] == "3 jobs on 1x8 GPUs"
+    assert out.splitlines()[1].split() == ["metric", "fifo", "edf"]
+    metrics = json.loads(out_json.read_text())
+    for m in metrics.values():
+        assert (m["jobs_total"], m["jobs_completed"]) == (3, 3)
+        assert [m["jct_s"][c]["count"] for c in CLASSES] == [3, 1, 1, 1]
+        assert m["slo_jobs"] == 2
+
+
+# --- (c) a smoke run on the shared Chronus MIX2 trace, when it is there -----------------------
+
+
+def shared_trace() -> Path:
+    env = os.environ.get("MLSCHED_DATA")
+    data = Path(env) if env else REPO.parent / "shared" / "data"
+    path = (data / "chronus_philly" / "trace_job_Philly_MIX2.csv").resolve()
+    if not path.is_file():
+        pytest.skip(
+            f"shared trace {path} not found: set MLSCHED_DATA to the directory holding "
+            "chronus_philly/trace_job_Philly_MIX2.csv to run this smoke test"
+        )
+    return path
+
+
+def test_smoke_on_the_shared_mix2_trace(tmp_path):
+    trace = shared_trace()
+    out_json = tmp_path / "mix2.json"
+    proc = run_cli(
+        "simulate",
+        "--trace",
+        trace,
+        "--limit",
+        "500",
+        "--policy",
+        "fifo,edf",
+        "--json",
+        out_json,
+        "--quiet",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1].split() == ["metric", "fifo", "edf"]
+    metrics = json.loads(out_json.read_text())
+    assert list(metrics) == ["fifo", "edf"]
+    for m in metrics.values():
+        assert m["jobs_total"] == 500
+        assert m["jobs_completed"] == 500
