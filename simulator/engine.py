@@ -76,6 +76,7 @@ class _Job:
     __slots__ = (
         "attempt",
         "attempt_start",
+        "gpus",
         "lease_expires",
         "placement",
         "progress_from",
@@ -85,10 +86,9 @@ class _Job:
         "spec",
         "speed",
         "state",
+        "static_view",
         "trace",
         "version",
-        "gpus",
-        "static_view",
         "work",
     )
 
