@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 from types import MappingProxyType
 
+from mlsched import serde
 from mlsched.v1 import agent_pb2, common_pb2, trainer_pb2
 from nodeagent.model import (
     BatchSizeCommand,
-    GpuInfo,
-    GpuMetrics,
     LaunchRequest,
     LeaseCommand,
     LogsResult,
@@ -94,38 +93,9 @@ def task_status_to_pb(status: TaskStatusInfo) -> agent_pb2.TaskStatus:
     )
 
 
-def gpu_info_to_pb(info: GpuInfo) -> common_pb2.GpuInfo:
-    """GpuInfo dataclass to message."""
-    return common_pb2.GpuInfo(
-        index=info.index,
-        name=info.name,
-        virtual=info.virtual,
-        memory_total_bytes=info.memory_total_bytes,
-    )
-
-
-def gpu_metrics_to_pb(m: GpuMetrics) -> common_pb2.GpuMetrics:
-    """GpuMetrics dataclass to message."""
-    return common_pb2.GpuMetrics(
-        index=m.index,
-        utilization_percent=m.utilization_percent,
-        memory_used_bytes=m.memory_used_bytes,
-        memory_total_bytes=m.memory_total_bytes,
-        virtual=m.virtual,
-    )
-
-
-def node_metrics_to_pb(m: NodeMetrics) -> common_pb2.NodeMetrics:
-    """NodeMetrics dataclass to message."""
-    return common_pb2.NodeMetrics(
-        time=m.time,
-        cpu_percent=m.cpu_percent,
-        memory_used_bytes=m.memory_used_bytes,
-        memory_total_bytes=m.memory_total_bytes,
-        net_rx_bytes_per_s=m.net_rx_bytes_per_s,
-        net_tx_bytes_per_s=m.net_tx_bytes_per_s,
-        gpus=[gpu_metrics_to_pb(g) for g in m.gpus],
-    )
+# GPU and node metrics are the shared domain types: their conversion lives in mlsched.serde.
+gpu_info_to_pb = serde.gpu_info_to_proto
+node_metrics_to_pb = serde.node_metrics_to_proto
 
 
 def task_metrics_to_pb(m: TaskMetrics) -> common_pb2.TaskMetrics:

@@ -6,6 +6,11 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+# Shared with the controller (mlsched.model), re-exported for the agent's modules.
+from mlsched.model import GpuInfo as GpuInfo
+from mlsched.model import GpuMetrics as GpuMetrics
+from mlsched.model import NodeMetrics as NodeMetrics
+
 
 class TaskState(enum.IntEnum):
     """Lifecycle of one task attempt; the values equal ``mlsched.v1.TaskState``."""
@@ -110,40 +115,6 @@ class ProgressInfo:
     iteration_time_s: float = 0.0
     batch_size: int = 0
     time: float = 0.0
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """Static description of one GPU slot."""
-
-    index: int
-    name: str
-    virtual: bool
-    memory_total_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class GpuMetrics:
-    """One sample of one GPU slot."""
-
-    index: int
-    utilization_percent: float
-    memory_used_bytes: int
-    memory_total_bytes: int
-    virtual: bool
-
-
-@dataclass(frozen=True)
-class NodeMetrics:
-    """One sample of the whole node."""
-
-    time: float
-    cpu_percent: float
-    memory_used_bytes: int
-    memory_total_bytes: int
-    net_rx_bytes_per_s: float
-    net_tx_bytes_per_s: float
-    gpus: tuple[GpuMetrics, ...] = ()
 
 
 @dataclass(frozen=True)
