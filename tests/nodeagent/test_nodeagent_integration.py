@@ -47,6 +47,24 @@ def release(tmp_path: Path, job_id: str, outcome: str = "") -> None:
     (workdir_of(tmp_path, job_id) / "release").write_text(outcome)
 
 
+def start_waiting_task(
+    tmp_path: Path,
+    controller: ControllerServer,
+    make_agent: Callable[..., NodeAgent],
+    task_script: Path,
+    job_id: str,
+    *args: str,
+) -> tuple[FakeController, dict[str, str]]:
+    """Start an agent, launch a ``wait``-mode task on it and wait until the task is up.
+
+    Returns the controller peer and the environment the task saw.
+    """
+    make_agent()
+    peer = controller.servicer
+    peer.send(launch=launch_message(tmp_path, task_script, job_id, "wait", *args))
+    return peer, wait_ready(tmp_path, job_id)
+
+
 def test_registers_with_virtual_gpus_and_reports_metrics(
     controller: ControllerServer, make_agent: Callable[..., NodeAgent]
 ) -> None:
@@ -129,10 +147,9 @@ def test_suspend_of_a_script_ignoring_everything_ends_suspended_after_sigkill(
     make_agent: Callable[..., NodeAgent],
     task_script: Path,
 ) -> None:
-    make_agent()
-    peer = controller.servicer
-    peer.send(launch=launch_message(tmp_path, task_script, "j-stub", "wait", "--ignore-term"))
-    wait_ready(tmp_path, "j-stub")
+    peer, _ = start_waiting_task(
+        tmp_path, controller, make_agent, task_script, "j-stub", "--ignore-term"
+    )
     started = time.monotonic()
     peer.send(suspend=agent_pb2.SuspendTask(task=ref("j-stub"), grace_s=0.3, reason="preempt"))
     peer.wait_status("j-stub", S.TASK_STATE_SUSPENDING)
@@ -148,10 +165,7 @@ def test_kill_task_ends_killed(
     make_agent: Callable[..., NodeAgent],
     task_script: Path,
 ) -> None:
-    make_agent()
-    peer = controller.servicer
-    peer.send(launch=launch_message(tmp_path, task_script, "j-kill", "wait"))
-    wait_ready(tmp_path, "j-kill")
+    peer, _ = start_waiting_task(tmp_path, controller, make_agent, task_script, "j-kill")
     peer.send(kill=agent_pb2.KillTask(task=ref("j-kill"), reason="cancelled by user"))
     killed = peer.wait_status("j-kill", S.TASK_STATE_KILLED)
     assert "cancelled by user" in killed.message
@@ -188,12 +202,9 @@ def test_trainer_session_auth_progress_checkpoint_and_commands(
     make_agent: Callable[..., NodeAgent],
     task_script: Path,
 ) -> None:
-    make_agent()
-    peer = controller.servicer
-    peer.send(
-        launch=launch_message(tmp_path, task_script, "j-tr", "wait", "--checkpoint-step", "7")
+    peer, env = start_waiting_task(
+        tmp_path, controller, make_agent, task_script, "j-tr", "--checkpoint-step", "7"
     )
-    env = wait_ready(tmp_path, "j-tr")
     addr_file = Path(env["MLSCHED_AGENT_ADDR_FILE"])
     assert addr_file.read_text() == env["MLSCHED_AGENT_ADDR"]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -21,7 +20,7 @@ from controller.policy.base import (
     Suspend,
 )
 from controller.policy.themis import ThemisPolicy, finish_time_fairness
-from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState
+from mlsched.model import IterationStop, JobSpec, JobState
 
 LEASE = 100.0
 
@@ -236,111 +235,18 @@ def test_registry_builds_themis():
 
 # --- randomized invariants -------------------------------------------------------------------
 
-
-def random_spec(rng: random.Random, gpus: int, per_process: int) -> JobSpec:
-    job_class = rng.choice(list(JobClass))
-    first = rng.uniform(100, 3000)
-    deadlines = {
-        JobClass.BEST_EFFORT: (),
-        JobClass.STRICT_SLO: (Deadline(first, 1.0),),
-        JobClass.SOFT_SLO: (Deadline(first, 1.0), Deadline(first * 2, 0.5)),
-    }[job_class]
-    return JobSpec(
-        "job",
-        ("python", "t.py"),
-        gpus,
-        IterationStop(10),
-        job_class=job_class,
-        deadlines=deadlines,
-        gpus_per_process=per_process,
-    )
-
-
-def random_snapshot(rng: random.Random) -> ClusterSnapshot:
-    """A few nodes, running/expired/suspending jobs on random GPUs, a random queue."""
-    now = 10_000.0
-    sizes = {f"n{i}": rng.randint(1, 8) for i in range(rng.randint(1, 5))}
-    active: list[JobView] = []
-    busy: list[JobView] = []
-    for node, count in sizes.items():
-        free = list(range(count))
-        rng.shuffle(free)
-        while free and rng.random() < 0.8:
-            cut = rng.randint(1, len(free))
-            take, free = sorted(free[:cut]), free[cut:]
-            since = rng.uniform(0, now)
-            job = JobView(
-                id=f"r{len(active) + len(busy)}",
-                user="u",
-                spec=random_spec(rng, len(take), 1),
-                state=JobState.RUNNING,
-                submit_time=rng.uniform(0, since),
-                queued_since=rng.uniform(0, since),
-                attempt=1,
-                suspensions=0,
-                lease_expires_at=rng.choice([now - 1.0, now, now + 50.0]),
-                placement=tuple(TaskPlacement(r, node, (g,)) for r, g in enumerate(take)),
-                running_since=since,
-                attained_gpu_s=(now - since) * len(take) + rng.choice([0.0, rng.uniform(0, 9000)]),
-                estimated_remaining_s=rng.choice([None, rng.uniform(0, 2000)]),
-            )
-            if rng.random() < 0.15:
-                busy.append(replace(job, state=JobState.SUSPENDING))
-            else:
-                active.append(job)
-    queued = []
-    for i in range(rng.randint(0, 12)):
-        per_process = rng.choice([1, 1, 2, 4])
-        queued_since = rng.uniform(0, now)
-        queued.append(
-            JobView(
-                id=f"q{i}",
-                user="u",
-                spec=random_spec(rng, per_process * rng.choice([1, 1, 2, 3, 4]), per_process),
-                state=rng.choice([JobState.PENDING, JobState.SUSPENDED]),
-                submit_time=rng.uniform(0, queued_since),
-                queued_since=queued_since,
-                attempt=0,
-                suspensions=0,
-                attained_gpu_s=rng.choice([0.0, rng.uniform(0, 9000)]),
-                estimated_remaining_s=rng.choice([None, rng.uniform(0, 2000)]),
-            )
-        )
-    rng.shuffle(queued)
-    return snapshot(now, active=active, queued=queued, busy=busy, nodes=sizes)
-
-
-def check_invariants(snap: ClusterSnapshot, decision: Decision) -> None:
-    free = {n.id: set(n.free_gpu_indices) for n in snap.nodes}
-    queued = {j.id: j for j in snap.queued}
-    taken: set[tuple[str, int]] = set()
-    assert len({item.job_id for item in decision.launch}) == len(decision.launch)
-    for item in decision.launch:
-        job = queued[item.job_id]
-        assert item.lease_s > 0
-        assert sum(len(p.gpu_indices) for p in item.placement) == job.gpus
-        assert [p.rank for p in item.placement] == list(range(len(item.placement)))
-        for p in item.placement:
-            assert len(p.gpu_indices) == job.spec.gpus_per_process
-            for gpu in p.gpu_indices:
-                assert gpu in free[p.node_id], "launch on a GPU that is not free (or not there)"
-                assert (p.node_id, gpu) not in taken, "two launches share a GPU"
-                taken.add((p.node_id, gpu))
-    expired = {j.id for j in snap.expired()}
-    answered = [r.job_id for r in decision.renew] + [s.job_id for s in decision.suspend]
-    assert sorted(answered) == sorted(expired), "every expired lease: renewed xor suspended"
+# Shared generator and checks: check_policy_properties in conftest.py.
 
 
 @pytest.mark.parametrize("seed", range(300))
-def test_random_snapshots_keep_the_invariants(seed: int):
-    snap = random_snapshot(random.Random(seed))
-    decision = decide(snap)
-    check_invariants(snap, decision)
-    contenders = len(snap.queued) + len(snap.active)
-    gpus = sum(len(n.gpu_indices) for n in snap.nodes)
-    rho = {
-        j.id: finish_time_fairness(j, snap.now, contenders, gpus) for j in snap.queued + snap.active
-    }
-    for item in decision.suspend:
-        assert any(rho[q.id] > rho[item.job_id] for q in snap.queued), "needless victim"
-    assert decide(snap) == decision
+def test_random_snapshots_keep_the_invariants(seed: int, check_policy_properties):
+    def outranks(snap: ClusterSnapshot, queued: JobView, victim: JobView) -> bool:
+        contenders = len(snap.queued) + len(snap.active)
+        gpus = sum(len(n.gpu_indices) for n in snap.nodes)
+
+        def rho(job: JobView) -> float:
+            return finish_time_fairness(job, snap.now, contenders, gpus)
+
+        return rho(queued) > rho(victim)
+
+    check_policy_properties(seed, decide, outranks)
