@@ -173,8 +173,7 @@ def _pick_master_port(state: ControllerState, job: Job, master_node: str) -> int
         and state.job_tasks(other.id)[0].node_id == master_node
     }
     low, high = state.settings.master_port_range
-    rng = random.Random(f"{job.id}/{job.attempt}")
-    while True:
-        port = rng.randint(low, high)
-        if port not in in_use:
-            return port
+    candidates = [port for port in range(low, high + 1) if port not in in_use]
+    if not candidates:
+        raise RuntimeError(f"every rendezvous port in {low}-{high} is in use on {master_node}")
+    return random.Random(f"{job.id}/{job.attempt}").choice(candidates)

@@ -17,7 +17,7 @@ suspended job rejoined the queue), exact ties in the order the jobs joined.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -70,6 +70,37 @@ class ClusterSnapshot:
     active: tuple[JobView, ...]  # STARTING or RUNNING: holding GPUs and a lease
     busy: tuple[JobView, ...] = ()  # SUSPENDING or CANCELLING: GPUs not yet released
     default_lease_s: float = 300.0
+
+    @classmethod
+    def of(
+        cls,
+        now: float,
+        gpus_per_node: Mapping[str, int],
+        active: Iterable[JobView] = (),
+        queued: Iterable[JobView] = (),
+        busy: Iterable[JobView] = (),
+        default_lease_s: float = 300.0,
+    ) -> ClusterSnapshot:
+        """A snapshot of nodes with GPUs ``0..n-1``, free unless an active or busy job holds
+        them; queued jobs are put in queue order. For policy authors and their tests."""
+        active, busy = tuple(active), tuple(busy)
+        held: dict[str, set[int]] = {}
+        for job in active + busy:
+            for p in job.placement:
+                held.setdefault(p.node_id, set()).update(p.gpu_indices)
+        nodes = tuple(
+            NodeView(n, tuple(range(c)), tuple(i for i in range(c) if i not in held.get(n, ())))
+            for n, c in gpus_per_node.items()
+        )
+        ordered = tuple(sorted(queued, key=lambda j: (j.queued_since, j.submit_time, j.id)))
+        return cls(
+            now=now,
+            nodes=nodes,
+            queued=ordered,
+            active=active,
+            busy=busy,
+            default_lease_s=default_lease_s,
+        )
 
     def free_gpus(self) -> dict[str, tuple[int, ...]]:
         return {n.id: n.free_gpu_indices for n in self.nodes}

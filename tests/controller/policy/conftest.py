@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from controller.placement import TaskPlacement
-from controller.policy.base import ClusterSnapshot, Decision, JobView, NodeView
+from controller.policy.base import ClusterSnapshot, Decision, JobView
 from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState
 
 LEASE = 100.0
@@ -107,22 +107,7 @@ def _snapshot(
     nodes: dict[str, int],
 ) -> ClusterSnapshot:
     """``nodes``: GPUs per node; free = not held by active/busy."""
-    held: dict[str, set[int]] = {}
-    for job in active + busy:
-        for p in job.placement:
-            held.setdefault(p.node_id, set()).update(p.gpu_indices)
-    views = tuple(
-        NodeView(n, tuple(range(c)), tuple(i for i in range(c) if i not in held.get(n, set())))
-        for n, c in nodes.items()
-    )
-    return ClusterSnapshot(
-        now=now,
-        nodes=views,
-        queued=tuple(queued),
-        active=tuple(active),
-        busy=tuple(busy),
-        default_lease_s=LEASE,
-    )
+    return ClusterSnapshot.of(now, nodes, active, queued, busy, default_lease_s=LEASE)
 
 
 def check_invariants(snap: ClusterSnapshot, decision: Decision) -> None:

@@ -13,7 +13,6 @@ from controller.policy.base import (
     Decision,
     JobView,
     Launch,
-    NodeView,
     Renew,
     Suspend,
 )
@@ -93,24 +92,7 @@ def snapshot(
 ) -> ClusterSnapshot:
     """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
     nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
-    active, busy = tuple(active), tuple(busy)
-    # The snapshot contract: queued jobs come in queue order (as the controller sorts them).
-    queued = tuple(sorted(queued, key=lambda j: (j.queued_since, j.submit_time, j.id)))
-    held: dict[str, set[int]] = {}
-    for job in active + busy:
-        for p in job.placement:
-            held.setdefault(p.node_id, set()).update(p.gpu_indices)
-    views = tuple(
-        NodeView(
-            n,
-            tuple(range(count)),
-            tuple(i for i in range(count) if i not in held.get(n, set())),
-        )
-        for n, count in nodes.items()
-    )
-    return ClusterSnapshot(
-        now=now, nodes=views, queued=queued, active=active, busy=busy, default_lease_s=LEASE
-    )
+    return ClusterSnapshot.of(now, nodes, active, queued, busy, default_lease_s=LEASE)
 
 
 def launched(decision: Decision) -> dict[str, tuple[TaskPlacement, ...]]:

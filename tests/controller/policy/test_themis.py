@@ -15,7 +15,6 @@ from controller.policy.base import (
     Decision,
     JobView,
     Launch,
-    NodeView,
     Renew,
     Suspend,
 )
@@ -92,18 +91,7 @@ def snapshot(
 ) -> ClusterSnapshot:
     """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
     nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
-    active, queued, busy = tuple(active), tuple(queued), tuple(busy)
-    held: dict[str, set[int]] = {}
-    for job in active + busy:
-        for p in job.placement:
-            held.setdefault(p.node_id, set()).update(p.gpu_indices)
-    views = tuple(
-        NodeView(n, tuple(range(c)), tuple(i for i in range(c) if i not in held.get(n, set())))
-        for n, c in nodes.items()
-    )
-    return ClusterSnapshot(
-        now=now, nodes=views, queued=queued, active=active, busy=busy, default_lease_s=LEASE
-    )
+    return ClusterSnapshot.of(now, nodes, active, queued, busy, default_lease_s=LEASE)
 
 
 def decide(snap: ClusterSnapshot) -> Decision:
