@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
 import sys
 from pathlib import Path
@@ -156,6 +157,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         model.check_jobs(jobs)
     except (TraceError, UnknownModel, ValueError, OSError) as exc:
         print(f"mlsched simulate: {exc}", file=sys.stderr)
+        return 2
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print("mlsched simulate: --plot needs matplotlib: pip install -e '.[sim]'", file=sys.stderr)
         return 2
     config = SimConfig(
         lease_s=args.lease_seconds,
