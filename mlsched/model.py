@@ -142,6 +142,34 @@ class ResumeRecord:
     to_nodes: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class SpeedSample:
+    """Measured time per iteration of a job on one allocation shape (UniSched §III-B1).
+
+    ``compute_time_s`` is the per-iteration computation alone (T_comp of Eq. 2) when the trainer
+    reports it, else 0. ``count`` is how many reports the means are taken over.
+    """
+
+    gpus: int
+    nodes: int
+    iteration_time_s: float
+    compute_time_s: float = 0.0
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class JobEstimate:
+    """What the policy predicted and chose for a job in its last cycle (``mlsched describe``)."""
+
+    phase: str  # "profiling", "slo" or "best-effort"
+    iterations: int  # predicted total iterations (N_iter of Eq. 1)
+    iteration_time_s: float  # predicted T_iter at the chosen (or requested) allocation
+    remaining_s: float  # predicted remaining duration, T_sr included (Eq. 1)
+    reward: float
+    allocation: str = ""  # e.g. "cells 0/1/1/0 (6 GPUs on 2 nodes)"; "" while queued
+    time: float = 0.0  # when the estimate was made
+
+
 @dataclass
 class Job:
     id: str
@@ -167,6 +195,10 @@ class Job:
     iteration_time_s: float = 0.0  # last reported by rank 0
     message: str = ""
     resumes: list[ResumeRecord] = field(default_factory=list)
+    speed_samples: list[SpeedSample] = field(default_factory=list)
+    metric_history: list[tuple[int, float]] = field(default_factory=list)  # stopping metric
+    sr_overheads_s: list[float] = field(default_factory=list)  # measured suspend + resume
+    estimate: JobEstimate | None = None
 
 
 @dataclass(frozen=True)

@@ -308,6 +308,22 @@ class TraceJobModel:
         t_iter = requested / gpus + (gpus - 1) * comm
         return (1.0 + (requested - 1) * rho) / t_iter
 
+    def iteration_time(self, job: TraceJob, gpus: int, nodes: int) -> tuple[float, float]:
+        """(T_iter, T_comp) in seconds as measured with the requested per-GPU batch: Eq. 2,
+        ``T_comp + (gpus - 1) * T(nodes)``, where one iteration at the requested count on one
+        node takes ``duration / iterations``."""
+        if gpus < 1 or not 1 <= nodes <= gpus:
+            raise ValueError(f"need gpus >= 1 and 1 <= nodes <= gpus, got {gpus} on {nodes}")
+        requested = max(1, job.gpus)
+        per_iteration = job.duration_s / max(1, job.iterations)
+        t_comp = per_iteration / (1.0 + (requested - 1) * self.intra_node_comm)
+        if nodes == 1:
+            comm = self.intra_node_comm
+        else:
+            t2 = self.inter_node_comm_for(self.table_model(job), requested)
+            comm = _lookup_nodes(t2, nodes, max(t2.values())) if t2 else self.inter_node_comm
+        return t_comp * (1.0 + (gpus - 1) * comm), t_comp
+
     # --- suspension and resumption (Fig. 3) -----------------------------------------------------
 
     def suspend_s(self, job: TraceJob, gpus: int) -> float:

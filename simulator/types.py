@@ -38,6 +38,12 @@ class JobModel(Protocol):
         to the requested GPU count on one node (= 1.0)."""
         ...
 
+    def iteration_time(self, job: TraceJob, gpus: int, nodes: int) -> tuple[float, float]:
+        """What a run measures on ``gpus`` GPUs over ``nodes`` nodes with the per-GPU batch of
+        the requested allocation (UniSched §III-B1 profiling): (seconds per iteration,
+        computation seconds per iteration)."""
+        ...
+
     def suspend_s(self, job: TraceJob, gpus: int) -> float:
         """Seconds from a suspension order until the GPUs are free (checkpoint and exit)."""
         ...

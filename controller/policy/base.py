@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.placement import TaskPlacement
-from mlsched.model import JobClass, JobSpec, JobState
+from mlsched.model import JobClass, JobEstimate, JobSpec, JobState, SpeedSample
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,12 @@ class JobView:
     attained_gpu_s: float = 0.0  # GPU-seconds of service received so far (Tiresias' 2D-LAS)
     estimated_remaining_s: float | None = None  # at the current allocation; None: unknown
     model: str = ""  # model name when known (traces), for placement-aware speed models
+    # Observations for estimators (UniSched §III-B): iteration times per allocation shape,
+    # the stopping metric's history as (iteration, value), the mean measured suspend + resume
+    # overhead (None until one was measured).
+    speed_samples: tuple[SpeedSample, ...] = ()
+    metric_history: tuple[tuple[int, float], ...] = ()
+    sr_overhead_s: float | None = None
 
     @property
     def gpus(self) -> int:
@@ -115,7 +121,11 @@ class ClusterSnapshot:
 
 @dataclass(frozen=True)
 class Launch:
-    """Start (or resume from its checkpoint) a queued job on these GPUs for one lease."""
+    """Start (or resume from its checkpoint) a queued job on these GPUs for one lease.
+
+    The placement normally holds ``spec.gpus`` GPUs; it may hold fewer (whole processes of
+    ``gpus_per_process``) for a profiling run (UniSched §III-B: at most 2 GPUs).
+    """
 
     job_id: str
     placement: tuple[TaskPlacement, ...]
@@ -138,9 +148,13 @@ class Suspend:
 
 @dataclass(frozen=True)
 class Decision:
+    """A cycle's orders. ``estimates`` (optional) are the policy's predictions per job id, kept
+    on the job for ``mlsched describe``; they change nothing by themselves."""
+
     launch: tuple[Launch, ...] = ()
     renew: tuple[Renew, ...] = ()
     suspend: tuple[Suspend, ...] = ()
+    estimates: Mapping[str, JobEstimate] = field(default_factory=dict)
 
 
 class Policy(Protocol):
