@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from controller.policy import available_policies
+from controller.policy.registry import DEFAULT_POLICY
 from controller.server import Controller, ControllerConfig
 from controller.state import ControllerSettings
 
@@ -33,7 +34,7 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         help="cluster join token agents must present (or env MLSCHED_JOIN_TOKEN)",
     )
     p.add_argument("--join-token-file", type=Path, help="read the join token from this file")
-    p.add_argument("--policy", default="fifo-lease", choices=available_policies())
+    p.add_argument("--policy", default=DEFAULT_POLICY, choices=available_policies())
     p.add_argument(
         "--lease-seconds",
         type=float,

@@ -16,6 +16,7 @@ from controller.clock import Clock, SystemClock
 from controller.dispatch import AgentSessions
 from controller.jobs import JobOperations
 from controller.policy import Policy, make_policy
+from controller.policy.registry import DEFAULT_POLICY
 from controller.scheduler import Scheduler, SchedulerLoop
 from controller.servicer import AgentServicer, JobServicer
 from controller.state import ControllerSettings, ControllerState
@@ -30,7 +31,7 @@ class ControllerConfig:
     listen: str
     state_dir: Path
     join_token: str
-    policy: str = "fifo-lease"
+    policy: str = DEFAULT_POLICY
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     heartbeat_interval_s: float = 5.0
 

@@ -10,6 +10,9 @@ from controller.policy.fifo import FifoPolicy
 from controller.policy.srtf import SrtfPolicy
 from controller.policy.themis import ThemisPolicy
 from controller.policy.tiresias import TiresiasPolicy
+from controller.policy.unisched import UniSchedConfig, UniSchedPolicy
+
+DEFAULT_POLICY = "unisched"
 
 _FACTORIES: dict[str, Callable[[], Policy]] = {
     "fifo": lambda: FifoPolicy(time_slicing=False, name="fifo"),
@@ -18,6 +21,17 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "tiresias": TiresiasPolicy,
     "edf": EdfPolicy,
     "themis": ThemisPolicy,
+    "unisched": UniSchedPolicy,
+    # UniSched with the HiGHS backend, and its ablations (UniSched §VI-C): no SR-aware
+    # estimator, no training-iteration estimator (maximum iterations), Chronus' round-up.
+    "unisched-highs": lambda: UniSchedPolicy(UniSchedConfig(solver="highs"), "unisched-highs"),
+    "unisched-no-sr": lambda: UniSchedPolicy(UniSchedConfig(sr_aware=False), "unisched-no-sr"),
+    "unisched-no-iter": lambda: UniSchedPolicy(
+        UniSchedConfig(iteration_estimator=False), "unisched-no-iter"
+    ),
+    "unisched-roundup": lambda: UniSchedPolicy(
+        UniSchedConfig(placement="roundup"), "unisched-roundup"
+    ),
 }
 
 

@@ -1,0 +1,57 @@
+"""UniSched's settings, with the paper's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SOLVERS = ("cbc", "highs")
+PLACEMENTS = ("joint", "roundup")
+
+
+@dataclass(frozen=True)
+class UniSchedConfig:
+    """Defaults from UniSched §III-C unless noted.
+
+    ``be_lease_s``: BE and profiler lease (5 min in the paper); None takes the controller's or
+    simulator's lease. ``slo_lease_multiple``: the SLO lease is this integer multiple of the BE
+    lease (10 min = 2 x 5 min). ``horizon``: SLO lease terms modelled by explicit x_{k,i}
+    variables (terms beyond it count as available, without a capacity check; our choice, the
+    paper does not bound the plan). ``solver`` / ``time_limit_s``: the MILP backend and its
+    limit per cycle; past it the previous cycle's solution is reused (§III-C4).
+    ``default_t_sr_s``: t_sr before one is measured. ``inter_node_ratio``: T2 / T1 when only
+    one was profiled (see ``controller.estimator.speed``). Ablations: ``sr_aware`` off drops
+    T_sr from Eq. 1; ``iteration_estimator`` off uses the maximum iterations for
+    performance-based jobs; ``placement="roundup"`` allows only Chronus' consolidated round-up
+    allocation.
+    """
+
+    be_lease_s: float | None = None
+    slo_lease_multiple: int = 2
+    horizon: int = 12
+    solver: str = "cbc"
+    time_limit_s: float = 1.0
+    profiler_reward: float = 1.0  # above every best-effort reward, 1:100 against SLO rewards
+    profiling: bool = True
+    default_t_sr_s: float = 30.0
+    inter_node_ratio: float = 1.5
+    sr_aware: bool = True
+    iteration_estimator: bool = True
+    placement: str = "joint"
+
+    def __post_init__(self) -> None:
+        if self.be_lease_s is not None and not self.be_lease_s > 0:
+            raise ValueError(f"be_lease_s must be positive, got {self.be_lease_s}")
+        if self.slo_lease_multiple < 1:
+            raise ValueError(f"slo_lease_multiple must be >= 1, got {self.slo_lease_multiple}")
+        if self.horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {self.horizon}")
+        if self.solver not in SOLVERS:
+            raise ValueError(f"unknown solver {self.solver!r}; valid: {', '.join(SOLVERS)}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(
+                f"unknown placement {self.placement!r}; valid: {', '.join(PLACEMENTS)}"
+            )
+        if not self.time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be positive, got {self.time_limit_s}")
+        if self.default_t_sr_s < 0 or self.inter_node_ratio <= 0:
+            raise ValueError("default_t_sr_s must be >= 0 and inter_node_ratio > 0")

@@ -1,0 +1,59 @@
+"""Per-job estimates for the Selector: UniSched's Estimator (§III-B) applied to a JobView."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from controller.estimator.duration import duration_s
+from controller.estimator.speed import SpeedModel, fit_speed_model
+from controller.estimator.sr import sr_overhead_best_effort, sr_overhead_slo
+from controller.policy.base import JobView
+from controller.policy.unisched.config import UniSchedConfig
+
+
+@dataclass(frozen=True)
+class JobEstimator:
+    """Eq. 1-3 for one job at one moment: remaining iterations and speed are fixed here."""
+
+    view: JobView
+    remaining_iterations: float
+    speed: SpeedModel | None
+    t_sr: float  # measured combined suspend + resume overhead, or the default
+    config: UniSchedConfig
+
+    @classmethod
+    def of(cls, view: JobView, iterations: int, config: UniSchedConfig) -> JobEstimator:
+        speed = fit_speed_model(view.speed_samples, config.inter_node_ratio)
+        t_sr = view.sr_overhead_s if view.sr_overhead_s is not None else config.default_t_sr_s
+        remaining = max(1.0, iterations - view.iteration)
+        return cls(view, remaining, speed, t_sr, config)
+
+    def iteration_time(self, gpus: int, nodes: int) -> float | None:
+        return None if self.speed is None else self.speed.iteration_time(gpus, nodes)
+
+    def run_s(self, gpus: int, nodes: int) -> float:
+        """Remaining training seconds without overheads (N_iter * T_iter); without a speed
+        model, the snapshot's own remaining-time estimate, else one second per iteration."""
+        t_iter = self.iteration_time(gpus, nodes)
+        if t_iter is not None:
+            return self.remaining_iterations * t_iter
+        if self.view.estimated_remaining_s is not None:
+            return self.view.estimated_remaining_s
+        return self.remaining_iterations
+
+    def slo_leases(self, run_s: float, lease_s: float, terms_to_deadline: int) -> int:
+        """Lease terms an SLO job needs before a deadline ``terms_to_deadline`` away: Eq. 1
+        with Eq. 3's T_sr (n terms running within m = the terms to the deadline)."""
+        n = max(1, math.ceil(run_s / lease_s))
+        if not self.config.sr_aware:
+            return n
+        m = max(n, terms_to_deadline)
+        return max(1, math.ceil(duration_s(sr_overhead_slo(n, m, self.t_sr), 1, run_s) / lease_s))
+
+    def best_effort_remaining_s(self, run_s: float, lease_s: float) -> float:
+        """Eq. 1 with a best-effort job's T_sr = n/2 t_sr."""
+        if not self.config.sr_aware:
+            return run_s
+        n = max(1, math.ceil(run_s / lease_s))
+        return duration_s(sr_overhead_best_effort(n, self.t_sr), 1, run_s)

@@ -1,0 +1,199 @@
+"""UniSched's joint job-selection and allocation MILP (§III-C4, Eqs. 4-14), with python-mip.
+
+Time is counted in SLO lease terms ``k = 0 .. horizon-1`` from now (term 0 is the one starting
+now). Variables, per the paper:
+
+* ``s[f, i]``: job i finishes by its deadline f (Eq. 5, 6: at most one f per job);
+* ``x[k, i]``: job i holds GPUs in term k (``x[0, i]``: it runs from now; Eq. 5);
+* ``y[i, p]``: job i runs now on allocation p, one at most (Eqs. 9, 13);
+
+Constraints:
+
+* Eqs. 7 and 12, linearised: the terms job i gets before deadline f cover the terms it needs
+  there on its allocation, ``sum_{k < Q_f} x[k, i] >= L*_f s_f + sum_p (L_{f,p} - L*_f) w_{f,p}``
+  with ``w_{f,p} >= y_p + s_f - 1`` (so a slower allocation, a lower normalised speed phi-bar in
+  Eq. 12, needs more terms; ``L*_f`` is the fewest over the allocations). Terms beyond the
+  horizon count as available (``max(0, Q_f - horizon)``), without a capacity check.
+* Eqs. 10, 11, 14: the cells requested by the jobs running now, per level, satisfy the
+  consolidation proposition against the free cells (which Eq. 10 bounds by the cluster).
+* Terms ``k >= 1``: SLO jobs' GPUs fit in the cluster (the capacity the paper's lease
+  assignment presumes but does not write out).
+
+Objective, Eq. 4: ``sum s[f, i] V[f, i]``, plus each job's reward for running now (profiler
+and best-effort rewards, §III-C2; an SLO job past its deadlines earns a best-effort one).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import mip
+
+from controller.policy.unisched.cells import consolidation_feasible
+
+
+@dataclass(frozen=True)
+class Option:
+    """One allocation choice of a job: cells per level, and for an SLO job the lease terms it
+    needs to finish on it before each of its deadlines (``L_{f,p}``, same order)."""
+
+    cells: tuple[int, ...]
+    leases: tuple[int, ...] = ()
+    reward: float = 0.0  # earned when chosen now (best-effort: faster is sooner done)
+
+
+@dataclass(frozen=True)
+class MilpJob:
+    job_id: str
+    gpus: int
+    options: tuple[Option, ...]  # empty for a job fixed to run now on its current GPUs
+    now_reward: float = 0.0  # reward for running in term 0
+    deadlines: tuple[tuple[int, float], ...] = ()  # (Q_f terms before deadline f, V_f)
+    fixed: bool = False  # holds unexpired lease: runs now, on GPUs outside the free cells
+    fixed_leases: tuple[int, ...] = ()  # a fixed SLO job's L_f on its current allocation
+    slo: bool = False
+
+
+@dataclass(frozen=True)
+class MilpProblem:
+    jobs: tuple[MilpJob, ...]
+    free_cells: tuple[int, ...]  # N^cell per level
+    total_gpus: int
+    horizon: int
+
+
+@dataclass(frozen=True)
+class MilpSolution:
+    run_now: Mapping[str, int]  # job id -> chosen option index (fixed jobs: -1)
+    deadline: Mapping[str, int] = field(default_factory=dict)  # job id -> deadline f met
+    status: str = ""
+    objective: float = 0.0
+    solve_s: float = 0.0
+    build_s: float = 0.0
+
+
+def solve(
+    problem: MilpProblem, solver: str = "cbc", time_limit_s: float = 1.0
+) -> MilpSolution | None:
+    """The best solution found within ``time_limit_s``; None when the solver found none."""
+    started = time.perf_counter()
+    model = mip.Model(sense=mip.MAXIMIZE, solver_name=mip.HIGHS if solver == "highs" else mip.CBC)
+    model.verbose = 0
+    levels = len(problem.free_cells)
+    objective: list[mip.LinExpr] = []
+    cell_use: list[list[mip.LinExpr]] = [[] for _ in range(levels)]
+    future: dict[int, list[mip.LinExpr]] = {}
+    x0: dict[str, mip.Var] = {}
+    ys: dict[str, list[mip.Var]] = {}
+    ss: dict[str, list[tuple[int, mip.Var]]] = {}
+    for job in problem.jobs:
+        if job.fixed:
+            run_now: mip.LinExpr | float = 1.0
+        else:
+            run = x0[job.job_id] = model.add_var(var_type=mip.BINARY)
+            run_now = run
+            if job.now_reward:
+                objective.append(job.now_reward * run)
+            y = ys[job.job_id] = [model.add_var(var_type=mip.BINARY) for _ in job.options]
+            model += mip.xsum(y) == run  # Eq. 13, and an allocation exactly when it runs
+            for var, option in zip(y, job.options, strict=True):
+                if option.reward:
+                    objective.append(option.reward * var)
+                for level, count in enumerate(option.cells):
+                    if count:
+                        cell_use[level].append(count * var)  # Eq. 11
+        if not job.slo:
+            continue
+        feasible = _feasible_deadlines(job, problem.horizon)
+        if not feasible:
+            continue
+        last = min(problem.horizon, max(q for _, q, _ in feasible))
+        terms = [model.add_var(var_type=mip.BINARY) for _ in range(1, last)]
+        for k, var in enumerate(terms, start=1):
+            future.setdefault(k, []).append(job.gpus * var)
+        chosen = []
+        for f, q, value in feasible:
+            s = model.add_var(var_type=mip.BINARY)
+            chosen.append((f, s))
+            objective.append(value * s)  # Eq. 4
+            held = mip.xsum(terms[: min(q, problem.horizon) - 1]) + run_now
+            beyond = max(0, q - problem.horizon)
+            if job.fixed:
+                need = job.fixed_leases[f] * s
+            else:
+                needs = [o.leases[f] for o in job.options]
+                best = min(needs)
+                extra = []
+                for var, n in zip(ys[job.job_id], needs, strict=True):
+                    if n > best:
+                        w = model.add_var(lb=0.0, ub=1.0)
+                        model += w >= var + s - 1
+                        extra.append((n - best) * w)
+                need = best * s + mip.xsum(extra)
+            model += held + beyond * s >= need  # Eqs. 7 and 12
+        model += mip.xsum(s for _, s in chosen) <= 1  # Eq. 6
+        ss[job.job_id] = chosen
+    for i in range(levels):  # Eq. 14 over the requested cells (Eq. 11)
+        terms_i = [e * (1 << (g - i)) for g in range(i, levels) for e in cell_use[g]]
+        if terms_i:
+            have = sum(problem.free_cells[g] << (g - i) for g in range(i, levels))
+            model += mip.xsum(terms_i) <= have
+    for used in future.values():
+        model += mip.xsum(used) <= problem.total_gpus
+    model.objective = mip.maximize(mip.xsum(objective))
+    built = time.perf_counter()
+    status = model.optimize(max_seconds=time_limit_s)
+    solved = time.perf_counter()
+    if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
+        return None
+    run: dict[str, int] = {}
+    for job in problem.jobs:
+        if job.fixed:
+            run[job.job_id] = -1
+        elif x0[job.job_id].x is not None and x0[job.job_id].x > 0.5:
+            picks = [p for p, v in enumerate(ys[job.job_id]) if v.x is not None and v.x > 0.5]
+            run[job.job_id] = picks[0] if picks else 0
+    met = {
+        job_id: f
+        for job_id, chosen in ss.items()
+        for f, s in chosen
+        if s.x is not None and s.x > 0.5
+    }
+    solution = MilpSolution(
+        run_now=run,
+        deadline=met,
+        status=status.name.lower(),
+        objective=float(model.objective_value or 0.0),
+        solve_s=solved - built,
+        build_s=built - started,
+    )
+    _check_cells(problem, solution)
+    return solution
+
+
+def _feasible_deadlines(job: MilpJob, horizon: int) -> list[tuple[int, int, float]]:
+    """(f, Q_f, V_f) for the deadlines the job can still meet on its best allocation."""
+    found = []
+    for f, (q, value) in enumerate(job.deadlines):
+        if job.fixed:
+            need = job.fixed_leases[f]
+        else:
+            need = min(o.leases[f] for o in job.options) if job.options else q + 1
+        if value > 0 and q >= 1 and need <= q:
+            found.append((f, q, value))
+    return found
+
+
+def _check_cells(problem: MilpProblem, solution: MilpSolution) -> None:
+    """The solver's answer must satisfy Eq. 14; a violation is a bug in the model above."""
+    levels = len(problem.free_cells)
+    used = [0] * levels
+    for job in problem.jobs:
+        p = solution.run_now.get(job.job_id)
+        if p is not None and p >= 0:
+            for level, count in enumerate(job.options[p].cells):
+                used[level] += count
+    if not consolidation_feasible(used, problem.free_cells):
+        raise AssertionError(f"MILP broke Eq. 14: cells {used} over free {problem.free_cells}")

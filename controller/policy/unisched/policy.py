@@ -1,0 +1,412 @@
+"""The UniSched policy (§III): Estimator + Selector, one MILP per lease boundary.
+
+Each job first runs as a *profiler job* on at most 2 GPUs for one BE lease (§III-A: one node,
+or two nodes when it needs more than a node), then joins the SLO or best-effort queue with the
+speed model (Eq. 2) its profile gave. At a cycle where some lease expired the policy builds the
+joint MILP (:mod:`controller.policy.unisched.milp`) over every queued job and every job whose
+lease expired (plus, for planning, the SLO jobs that hold unexpired leases), and turns its
+answer into renewals, suspensions and launches on concrete GPUs
+(:class:`~controller.policy.unisched.cells.CellPool`). Between boundaries, GPUs freed by a
+completion are filled without a new MILP: first with the jobs the last solution chose that
+could not start yet (their GPUs were still being released), then profilers, SLO jobs by
+deadline and best-effort jobs by reward, each on its most consolidated allocation that fits.
+
+State kept between cycles, by design and bounded by the live jobs: the previous solution (the
+paper's cache, reused when the solver returns nothing within its time limit) and the last
+learning-curve prediction per performance-based job (refitted when its history has grown by a
+quarter).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from controller.estimator.duration import predicted_iterations
+from controller.placement import TaskPlacement
+from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
+from controller.policy.unisched.cells import (
+    Allocation,
+    CellPool,
+    CellRequest,
+    allocations,
+    free_cells,
+    node_cells,
+    top_level,
+)
+from controller.policy.unisched.config import UniSchedConfig
+from controller.policy.unisched.estimates import JobEstimator
+from controller.policy.unisched.milp import MilpJob, MilpProblem, MilpSolution, Option, solve
+from mlsched.model import JobClass, JobEstimate, TargetMetricStop
+
+MAX_OPTIONS = 8  # allocation choices per job given to the MILP (most consolidated first)
+PROFILE_GPUS = 2  # §III-B: profiling uses at most 2 GPUs
+EARLY_SLO_WEIGHT = 0.1  # share of the best-effort reward an SLO job earns for running now
+TIE_BREAK = 1e-3  # weight of an allocation's normalised speed for SLO jobs (Eq. 8)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """One allocation of a candidate: cells, the nodes it spans at worst, or a kept placement."""
+
+    allocation: Allocation
+    nodes: int
+    gpus: int
+    spread: bool = False
+    keep: bool = False
+
+
+@dataclass
+class _Candidate:
+    view: JobView
+    phase: str  # "profiling", "slo", "best-effort"
+    choices: list[_Choice]
+    milp: MilpJob
+    estimate: JobEstimate
+
+
+class UniSchedPolicy:
+    """UniSched as a :class:`~controller.policy.base.Policy` (see the module docstring)."""
+
+    def __init__(self, config: UniSchedConfig | None = None, name: str = "unisched") -> None:
+        self.config = config or UniSchedConfig()
+        self.name = name
+        self._curves: dict[str, tuple[int, int]] = {}  # job -> (history length, iterations)
+        self._waiting: dict[str, _Choice] = {}  # chosen by the last MILP, not launched yet
+        self._last: MilpSolution | None = None
+        self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
+
+    # --- the cycle --------------------------------------------------------------------------
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        if not snapshot.nodes:
+            return Decision()
+        if snapshot.expired() or self._last is None:
+            return self._boundary(snapshot)
+        return self._fill(snapshot)
+
+    def _leases(self, snapshot: ClusterSnapshot) -> tuple[float, float]:
+        be = self.config.be_lease_s or snapshot.default_lease_s
+        return be, be * self.config.slo_lease_multiple
+
+    def _boundary(self, snapshot: ClusterSnapshot) -> Decision:
+        be, slo = self._leases(snapshot)
+        levels = top_level(max(len(n.gpu_indices) for n in snapshot.nodes)) + 1
+        node_size = 1 << (levels - 1)
+        expired = {v.id for v in snapshot.expired()}
+        pool = {n.id: set(n.free_gpu_indices) for n in snapshot.nodes}
+        suspend: list[Suspend] = []
+        candidates: list[_Candidate] = []
+        fixed: list[MilpJob] = []
+        for view in snapshot.busy:
+            _give_back(pool, view.placement)
+        for view in snapshot.active:
+            held = sum(len(p.gpu_indices) for p in view.placement)
+            if view.id not in expired:
+                if view.job_class is not JobClass.BEST_EFFORT and held == view.gpus:
+                    job = self._fixed_slo(view, snapshot.now, slo, node_size)
+                    if job is not None:
+                        fixed.append(job)
+                continue
+            _give_back(pool, view.placement)
+            if held < view.gpus:  # a finished profiling run: resume at full size later
+                suspend.append(Suspend(view.id, "profiling done"))
+                continue
+            candidates.append(self._candidate(view, snapshot.now, be, slo, levels, keep=True))
+        for view in snapshot.queued:
+            candidates.append(self._candidate(view, snapshot.now, be, slo, levels))
+        self._prune(v.id for v in (*snapshot.active, *snapshot.queued, *snapshot.busy))
+        problem = MilpProblem(
+            jobs=tuple(fixed) + tuple(c.milp for c in candidates),
+            free_cells=tuple(free_cells({n: sorted(ids) for n, ids in pool.items()}, levels)),
+            total_gpus=sum(len(n.gpu_indices) for n in snapshot.nodes),
+            horizon=self.config.horizon,
+        )
+        solution = solve(problem, self.config.solver, self.config.time_limit_s)
+        if solution is None:
+            solution = self._cached(candidates)
+        else:
+            self.solve_times_s.append(solution.solve_s + solution.build_s)
+        self._last = solution
+        return self._apply(snapshot, candidates, solution, suspend, be, slo, levels)
+
+    def _apply(
+        self,
+        snapshot: ClusterSnapshot,
+        candidates: list[_Candidate],
+        solution: MilpSolution,
+        suspend: list[Suspend],
+        be: float,
+        slo: float,
+        levels: int,
+    ) -> Decision:
+        renew: list[Renew] = []
+        wanted: list[tuple[_Candidate, _Choice]] = []
+        for cand in candidates:
+            pick = solution.run_now.get(cand.view.id)
+            keep = cand.choices and cand.choices[0].keep
+            if pick is None or pick < 0:
+                if keep:
+                    suspend.append(Suspend(cand.view.id, "lease not renewed by the MILP"))
+                continue
+            choice = cand.choices[pick]
+            if choice.keep:
+                renew.append(Renew(cand.view.id, self._lease_for(cand.phase, be, slo)))
+            else:
+                wanted.append((cand, choice))
+        wanted.sort(key=lambda cw: _launch_order(cw[0]))
+        pool = CellPool.of(snapshot.free_gpus(), levels)
+        placed = pool.place_all([_request(c.view, ch) for c, ch in wanted])
+        launch: list[Launch] = []
+        self._waiting = {}
+        for cand, choice in wanted:
+            placement = placed.get(cand.view.id)
+            if placement is None:
+                self._waiting[cand.view.id] = choice  # GPUs still being released
+                continue
+            launch.append(Launch(cand.view.id, placement, self._lease_for(cand.phase, be, slo)))
+        estimates = {c.view.id: self._chosen(c, solution, snapshot.now) for c in candidates}
+        return Decision(
+            launch=tuple(launch), renew=tuple(renew), suspend=tuple(suspend), estimates=estimates
+        )
+
+    def _fill(self, snapshot: ClusterSnapshot) -> Decision:
+        """Between boundaries: start waiting jobs on GPUs freed since the last cycle."""
+        free = snapshot.free_gpus()
+        left = sum(len(ids) for ids in free.values())
+        if left == 0 or not snapshot.queued:
+            return Decision()
+        be, slo = self._leases(snapshot)
+        levels = top_level(max(len(n.gpu_indices) for n in snapshot.nodes)) + 1
+        pool = CellPool.of(free, levels)
+        ordered = sorted(snapshot.queued, key=lambda v: self._fill_order(v, snapshot.now))
+        launch: list[Launch] = []
+        estimates: dict[str, JobEstimate] = {}
+        for view in ordered:
+            if left <= 0:
+                break
+            phase = self._phase(view)
+            choices = self._waiting.get(view.id)
+            options = [choices] if choices else self._choices(view, phase, levels)
+            for choice in options:
+                if choice.gpus > left:
+                    continue
+                placed = pool.place_all([_request(view, choice)])
+                if view.id in placed:
+                    lease = self._lease_for(phase, be, slo)
+                    launch.append(Launch(view.id, placed[view.id], lease))
+                    left -= choice.gpus
+                    self._waiting.pop(view.id, None)
+                    break
+        return Decision(launch=tuple(launch), estimates=estimates)
+
+    # --- candidates -------------------------------------------------------------------------
+    def _phase(self, view: JobView) -> str:
+        if self.config.profiling and not view.speed_samples:
+            return "profiling"
+        return "best-effort" if view.job_class is JobClass.BEST_EFFORT else "slo"
+
+    def _lease_for(self, phase: str, be: float, slo: float) -> float:
+        return slo if phase == "slo" else be
+
+    def _choices(self, view: JobView, phase: str, levels: int) -> list[_Choice]:
+        node_size = 1 << (levels - 1)
+        per = view.spec.gpus_per_process
+        if phase == "profiling":
+            gpus = min(view.gpus, max(PROFILE_GPUS, per))
+            gpus -= gpus % per
+            spread = view.gpus > node_size and gpus >= 2 and per == 1
+            if spread:
+                return [_Choice(_cells({0: gpus}, levels), gpus, gpus, spread=True)]
+            return [_Choice(allocations(gpus, levels)[0], 1, gpus)]
+        roundup = self.config.placement == "roundup"
+        found = []
+        for i, alloc in enumerate(allocations(view.gpus, levels, roundup)[:MAX_OPTIONS]):
+            consolidated = math.ceil(view.gpus / node_size)
+            nodes = consolidated if i == 0 else max(consolidated, min(sum(alloc), view.gpus))
+            if per > 1 and any(alloc[lv] for lv in range(levels) if (1 << lv) < per):
+                continue  # a process's GPUs must share a node
+            found.append(_Choice(alloc, nodes, view.gpus))
+        return found
+
+    def _iterations(self, view: JobView) -> int:
+        stop = view.spec.stopping
+        if not isinstance(stop, TargetMetricStop) or not self.config.iteration_estimator:
+            return predicted_iterations(stop, view.metric_history, self.config.iteration_estimator)
+        count = len(view.metric_history)
+        cached = self._curves.get(view.id)
+        if cached is None or count >= cached[0] * 1.25 + 1:
+            cached = (count, predicted_iterations(stop, view.metric_history))
+            self._curves[view.id] = cached
+        return cached[1]
+
+    def _candidate(
+        self, view: JobView, now: float, be: float, slo: float, levels: int, keep: bool = False
+    ) -> _Candidate:
+        phase = self._phase(view)
+        if keep:
+            nodes = len({p.node_id for p in view.placement})
+            cells = _held_cells(view.placement, levels)
+            choices = [_Choice(cells, nodes, view.gpus, keep=True)]
+            if phase == "profiling":  # a small job profiled at full size keeps running
+                phase = "best-effort" if view.job_class is JobClass.BEST_EFFORT else "slo"
+        else:
+            choices = self._choices(view, phase, levels)
+        if phase == "profiling":
+            reward = self.config.profiler_reward
+            milp = MilpJob(
+                view.id, choices[0].gpus, tuple(Option(c.allocation) for c in choices), reward
+            )
+            estimate = JobEstimate(phase, 0, 0.0, 0.0, reward, _describe(choices[0]), now)
+            return _Candidate(view, phase, choices, milp, estimate)
+        est = JobEstimator.of(view, self._iterations(view), self.config)
+        runs = [est.run_s(view.gpus, c.nodes) for c in choices]
+        rewards = [self._be_reward(est.best_effort_remaining_s(r, be), be) for r in runs]
+        be_reward = max(rewards)
+        if phase == "slo":
+            terms = _terms(view, now, slo)
+            deadlines = tuple(
+                (q, d.reward) for q, d in zip(terms, view.spec.deadlines, strict=True)
+            )
+            fastest = min(runs)
+            options = tuple(  # Eq. 8's phi-bar, as a tie-break between allocations
+                Option(
+                    c.allocation,
+                    tuple(est.slo_leases(r, slo, q) for q in terms),
+                    TIE_BREAK * fastest / r,
+                )
+                for c, r in zip(choices, runs, strict=True)
+            )
+            feasible = any(
+                q >= 1 and min(o.leases[f] for o in options) <= q for f, q in enumerate(terms)
+            )
+            # Running early earns an SLO job little: its reward is the deadline's. One that can
+            # no longer meet any deadline competes as a best-effort job.
+            now_reward = be_reward * (EARLY_SLO_WEIGHT if feasible else 1.0)
+            milp = MilpJob(view.id, view.gpus, options, now_reward, deadlines, slo=True)
+        else:  # best-effort: the reward of the allocation it runs on (§III-C2)
+            options = tuple(
+                Option(c.allocation, (), r) for c, r in zip(choices, rewards, strict=True)
+            )
+            milp = MilpJob(view.id, view.gpus, options)
+        t_iter = est.iteration_time(view.gpus, choices[0].nodes) or 0.0
+        remaining = est.best_effort_remaining_s(runs[0], be)
+        estimate = JobEstimate(
+            phase,
+            int(view.iteration + est.remaining_iterations),
+            t_iter,
+            remaining,
+            be_reward
+            if phase == "best-effort"
+            else max((d.reward for d in view.spec.deadlines), default=0.0),
+            "",
+            now,
+        )
+        return _Candidate(view, phase, choices, milp, estimate)
+
+    def _be_reward(self, remaining_s: float, lease_s: float) -> float:
+        """Best-effort reward: reciprocal of the estimated remaining time (in leases, offset so
+        it stays below the profiler reward; §III-C2)."""
+        return self.config.profiler_reward / (2.0 + remaining_s / lease_s)
+
+    def _fixed_slo(self, view: JobView, now: float, slo: float, node_size: int) -> MilpJob | None:
+        """An SLO job on an unexpired lease: it runs now; the plan still needs its future."""
+        if self._phase(view) != "slo" or not view.spec.deadlines:
+            return None
+        est = JobEstimator.of(view, self._iterations(view), self.config)
+        nodes = len({p.node_id for p in view.placement})
+        run = est.run_s(view.gpus, nodes)
+        terms = _terms(view, now, slo)
+        return MilpJob(
+            view.id,
+            view.gpus,
+            (),
+            deadlines=tuple((q, d.reward) for q, d in zip(terms, view.spec.deadlines, strict=True)),
+            fixed=True,
+            fixed_leases=tuple(est.slo_leases(run, slo, q) for q in terms),
+            slo=True,
+        )
+
+    def _fill_order(self, view: JobView, now: float) -> tuple[int, float, float]:
+        if view.id in self._waiting:
+            return (0, 0.0, view.queued_since)
+        phase = self._phase(view)
+        if phase == "profiling":
+            return (1, 0.0, view.queued_since)
+        if phase == "slo" and view.spec.deadlines:
+            upcoming = [view.submit_time + d.seconds_after_submit for d in view.spec.deadlines]
+            live = [t for t in upcoming if t > now]
+            if live:
+                return (2, min(live), view.queued_since)
+        return (3, float(view.gpus), view.queued_since)
+
+    def _chosen(self, cand: _Candidate, solution: MilpSolution, now: float) -> JobEstimate:
+        pick = solution.run_now.get(cand.view.id)
+        if pick is None or pick < 0:
+            return cand.estimate
+        e = cand.estimate
+        return JobEstimate(
+            e.phase,
+            e.iterations,
+            e.iteration_time_s,
+            e.remaining_s,
+            e.reward,
+            _describe(cand.choices[pick]),
+            now,
+        )
+
+    def _cached(self, candidates: list[_Candidate]) -> MilpSolution:
+        """The solver found nothing in time: reuse the last solution's choices (§III-C4)."""
+        previous = self._last.run_now if self._last is not None else {}
+        run = {c.view.id: 0 for c in candidates if previous.get(c.view.id, -2) >= -1}
+        return MilpSolution(run_now=run, status="cached")
+
+    def _prune(self, live: Iterable[str]) -> None:
+        keep = set(live)
+        for job_id in [j for j in self._curves if j not in keep]:
+            del self._curves[job_id]
+
+
+def _give_back(pool: dict[str, set[int]], placement: tuple[TaskPlacement, ...]) -> None:
+    for p in placement:
+        pool.setdefault(p.node_id, set()).update(p.gpu_indices)
+
+
+def _cells(counts: dict[int, int], levels: int) -> Allocation:
+    return tuple(counts.get(level, 0) for level in range(levels))
+
+
+def _held_cells(placement: tuple[TaskPlacement, ...], levels: int) -> Allocation:
+    by_node: dict[str, list[int]] = {}
+    for p in placement:
+        by_node.setdefault(p.node_id, []).extend(p.gpu_indices)
+    counts = [0] * levels
+    for indices in by_node.values():
+        for level, _ in node_cells(indices, levels):
+            counts[level] += 1
+    return tuple(counts)
+
+
+def _terms(view: JobView, now: float, slo: float) -> list[int]:
+    """Q_f: whole SLO lease terms from now until each deadline."""
+    return [
+        max(0, math.floor((view.submit_time + d.seconds_after_submit - now) / slo))
+        for d in view.spec.deadlines
+    ]
+
+
+def _request(view: JobView, choice: _Choice) -> CellRequest:
+    return CellRequest(
+        view.id, choice.allocation, choice.gpus, view.spec.gpus_per_process, choice.spread
+    )
+
+
+def _launch_order(cand: _Candidate) -> tuple[int, float]:
+    rank = {"slo": 0, "profiling": 1, "best-effort": 2}[cand.phase]
+    return (rank, -cand.milp.now_reward)
+
+
+def _describe(choice: _Choice) -> str:
+    cells = "/".join(str(c) for c in choice.allocation)
+    where = "kept placement" if choice.keep else f"cells {cells}"
+    return f"{where} ({choice.gpus} GPUs on {'>=' if choice.spread else '<='}{choice.nodes} nodes)"

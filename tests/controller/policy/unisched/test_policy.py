@@ -1,0 +1,153 @@
+"""UniSched's Selector on the paper's own examples (§II-B) and its lease/profiling rules."""
+
+from dataclasses import replace
+
+import pytest
+
+from controller.placement import TaskPlacement
+from controller.policy.base import ClusterSnapshot, JobView
+from controller.policy.unisched import UniSchedConfig, UniSchedPolicy
+from controller.policy.unisched.milp import MilpJob, MilpProblem, Option, solve
+from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState, SpeedSample
+
+# T_comp 1 s, T1 0.1 s, T2 0.12 s: 1000 iterations of a 6-GPU job take 1500 s on one node,
+# 1600 s across nodes; both are 3 SLO leases of 600 s. A deadline of 1900 s is 3 terms away:
+# every job must start now to meet it.
+PROFILE = (SpeedSample(2, 1, 1.1, 1.0), SpeedSample(2, 2, 1.12, 1.0))
+NODES = {"a": 8, "b": 8, "c": 8}
+
+
+def job(name, job_class=JobClass.STRICT_SLO, deadline=1900.0, gpus=6, samples=PROFILE, **kw):
+    deadlines = () if job_class is JobClass.BEST_EFFORT else (Deadline(deadline, 100.0),)
+    spec = JobSpec(
+        name=name,
+        command=("train",),
+        gpus=gpus,
+        stopping=IterationStop(1000),
+        job_class=job_class,
+        deadlines=deadlines,
+    )
+    values = dict(
+        id=name,
+        user="u",
+        spec=spec,
+        state=JobState.PENDING,
+        submit_time=0.0,
+        queued_since=0.0,
+        attempt=1,
+        suspensions=0,
+        speed_samples=samples,
+        sr_overhead_s=10.0,
+    )
+    values.update(kw)
+    return JobView(**values)
+
+
+def launched(decision):
+    return {l.job_id: l for l in decision.launch}
+
+
+def test_four_6gpu_slo_jobs_on_three_nodes_all_start_where_roundup_starts_three():
+    snapshot = ClusterSnapshot.of(0.0, NODES, queued=[job(f"j{i}") for i in range(4)])
+    joint = UniSchedPolicy().decide(snapshot)
+    roundup = UniSchedPolicy(UniSchedConfig(placement="roundup")).decide(snapshot)
+    assert set(launched(joint)) == {"j0", "j1", "j2", "j3"}
+    assert len(launched(roundup)) == 3  # Chronus' strict consolidation: one 8-GPU cell each
+    for decision in (joint, roundup):
+        gpus = [(p.node_id, g) for l in decision.launch for p in l.placement for g in p.gpu_indices]
+        assert len(gpus) == len(set(gpus))
+        assert all(sum(len(p.gpu_indices) for p in l.placement) == 6 for l in decision.launch)
+        assert all(l.lease_s == 600.0 for l in decision.launch)  # SLO lease = 2 BE leases
+    # every started job is predicted to finish by its deadline: 3 terms of 600 s <= 1900 s
+    for estimate in joint.estimates.values():
+        assert estimate.remaining_s <= 1900.0
+
+
+def test_three_slo_jobs_and_one_best_effort_job_all_run():
+    queued = [job(f"s{i}") for i in range(3)] + [job("be", JobClass.BEST_EFFORT)]
+    decision = UniSchedPolicy().decide(ClusterSnapshot.of(0.0, NODES, queued=queued))
+    assert set(launched(decision)) == {"s0", "s1", "s2", "be"}
+    assert launched(decision)["be"].lease_s == 300.0  # BE lease
+
+
+def test_new_job_is_profiled_on_at_most_two_gpus_then_resized():
+    new = job("new", JobClass.BEST_EFFORT, samples=(), sr_overhead_s=None)
+    decision = UniSchedPolicy().decide(ClusterSnapshot.of(0.0, NODES, queued=[new]))
+    [launch] = decision.launch
+    assert sum(len(p.gpu_indices) for p in launch.placement) == 2
+    assert len({p.node_id for p in launch.placement}) == 1
+    assert decision.estimates["new"].phase == "profiling"
+    # at the lease boundary the 2-GPU profiling run is suspended to come back at 6 GPUs
+    running = replace(
+        new,
+        state=JobState.RUNNING,
+        placement=launch.placement,
+        lease_expires_at=300.0,
+        running_since=0.0,
+        speed_samples=PROFILE[:1],
+    )
+    later = UniSchedPolicy().decide(ClusterSnapshot.of(300.0, NODES, active=[running]))
+    assert [s.job_id for s in later.suspend] == ["new"]
+
+
+def test_profiling_a_job_larger_than_a_node_spans_two_nodes():
+    big = job("big", JobClass.BEST_EFFORT, gpus=16, samples=())
+    decision = UniSchedPolicy().decide(ClusterSnapshot.of(0.0, NODES, queued=[big]))
+    [launch] = decision.launch
+    assert len(launch.placement) == 2
+    assert len({p.node_id for p in launch.placement}) == 2
+
+
+def test_slo_job_with_slack_yields_to_best_effort_when_its_deadline_stays_safe():
+    # one 8-GPU node; the SLO job needs 3 terms and has 20: it can wait one lease
+    slo = job("slo", deadline=20 * 600.0, gpus=8)
+    be = job("be", JobClass.BEST_EFFORT, gpus=8)
+    snapshot = ClusterSnapshot.of(0.0, {"a": 8}, queued=[slo, be])
+    decision = UniSchedPolicy().decide(snapshot)
+    assert set(launched(decision)) == {"be"}
+    assert decision.estimates["slo"].allocation == ""
+
+
+def test_expired_lease_is_renewed_or_suspended():
+    placement = (TaskPlacement(0, "a", tuple(range(8))),)
+    running = job(
+        "run",
+        JobClass.BEST_EFFORT,
+        gpus=8,
+        state=JobState.RUNNING,
+        placement=placement,
+        lease_expires_at=300.0,
+        running_since=0.0,
+    )
+    urgent = job("urgent", deadline=1900.0, gpus=8)
+    alone = UniSchedPolicy().decide(ClusterSnapshot.of(300.0, {"a": 8}, active=[running]))
+    assert [r.job_id for r in alone.renew] == ["run"]
+    contested = UniSchedPolicy().decide(
+        ClusterSnapshot.of(300.0, {"a": 8}, active=[running], queued=[urgent])
+    )
+    assert [s.job_id for s in contested.suspend] == ["run"]
+    assert contested.launch == ()  # its GPUs are still being released
+
+
+def test_solver_backends_agree():
+    problem = MilpProblem(
+        jobs=(
+            MilpJob("a", 4, (Option((0, 0, 1), (2,)),), 0.1, ((2, 100.0),), slo=True),
+            MilpJob("b", 4, (Option((0, 0, 1), (2,)),), 0.1, ((2, 80.0),), slo=True),
+            MilpJob("c", 4, (Option((0, 0, 1), (), 0.5),)),
+        ),
+        free_cells=(0, 0, 2),
+        total_gpus=8,
+        horizon=4,
+    )
+    for solver in ("cbc", "highs"):
+        solution = solve(problem, solver)
+        assert solution is not None
+        # both SLO jobs need both terms before their deadline: the BE job must wait
+        assert set(solution.run_now) == {"a", "b"}
+        assert solution.objective == pytest.approx(180.2)
+
+
+def test_unknown_solver_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown solver"):
+        UniSchedConfig(solver="gurobi")
