@@ -358,7 +358,11 @@ class UniSchedPolicy:
     def _cached(self, candidates: list[_Candidate]) -> MilpSolution:
         """The solver found nothing in time: reuse the last solution's choices (§III-C4)."""
         previous = self._last.run_now if self._last is not None else {}
-        run = {c.view.id: 0 for c in candidates if previous.get(c.view.id, -2) >= -1}
+        run = {
+            c.view.id: 0
+            for c in candidates
+            if previous.get(c.view.id, -2) >= -1 or (c.choices and c.choices[0].keep)
+        }  # without a cached choice, a running job keeps running: the safe default
         return MilpSolution(run_now=run, status="cached")
 
     def _prune(self, live: Iterable[str]) -> None:

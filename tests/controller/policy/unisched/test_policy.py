@@ -151,3 +151,24 @@ def test_solver_backends_agree():
 def test_unknown_solver_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown solver"):
         UniSchedConfig(solver="gurobi")
+
+
+def test_solver_without_an_answer_falls_back_to_the_cached_solution(monkeypatch):
+    import controller.policy.unisched.policy as module
+
+    placement = (TaskPlacement(0, "a", tuple(range(8))),)
+    running = job(
+        "run",
+        JobClass.BEST_EFFORT,
+        gpus=8,
+        state=JobState.RUNNING,
+        placement=placement,
+        lease_expires_at=300.0,
+        running_since=0.0,
+    )
+    monkeypatch.setattr(module, "solve", lambda *args, **kwargs: None)
+    decision = UniSchedPolicy().decide(
+        ClusterSnapshot.of(300.0, {"a": 8}, active=[running], queued=[job("q", gpus=8)])
+    )
+    assert [r.job_id for r in decision.renew] == ["run"]  # nothing cached: keep what runs
+    assert decision.suspend == () and decision.launch == ()
