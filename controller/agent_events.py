@@ -1,22 +1,68 @@
 """Reacting to what node agents report: registration and reconciliation, heartbeats, task
-status changes and trainer progress."""
+status changes and trainer progress.
+
+Rank 0's progress reports also feed the observations UniSched's estimator needs (§III-B),
+kept on the job and persisted with it:
+
+- ``speed_samples``: one :class:`SpeedSample` per allocation shape (GPUs held by the job's live
+  tasks, distinct nodes), the running means of the reported iteration and compute times over
+  ``count`` reports. Non-positive times are ignored (a report without an iteration time does
+  not count; the compute mean is over the reports that carried one). The first report of each
+  attempt is skipped: it includes warm-up and the restore. Only while the job is STARTING or
+  RUNNING.
+- ``metric_history``: for jobs stopping at a target metric, ``(iteration, value)`` of that
+  metric, appended when the iteration passed the last recorded one and the value changed (the
+  shim repeats the latest value of a metric evaluated every N steps in every report, so a
+  repeated value is normally a stale one). Past ``METRIC_HISTORY_MAX`` points every other point
+  of the oldest half is dropped: the first and the latest are always kept and old history
+  gets sparser, never lost entirely.
+- ``sr_overheads_s``: t_sr (§III-B3), suspension plus resumption. Suspension: the job entering
+  SUSPENDING to SUSPENDED (timed by ``lifecycle``); resumption: the next launch to the first
+  progress report of that attempt. The last ``SR_OVERHEADS_KEPT`` are kept.
+
+The per-attempt report counts live in memory: after a controller restart one more report per
+running job is skipped.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 from controller import lifecycle
 from controller.commands import AckCommand, KillCommand, SuspendCommand, TaskReport
 from controller.state import LIVE_TASK_STATES, ControllerState
-from mlsched.model import JobState, Node, NodeMetrics, Progress, Task, TaskState
+from mlsched.model import (
+    Job,
+    JobState,
+    Node,
+    NodeMetrics,
+    Progress,
+    SpeedSample,
+    TargetMetricStop,
+    Task,
+    TaskState,
+)
 
 log = logging.getLogger(__name__)
+
+METRIC_HISTORY_MAX = 256
+SR_OVERHEADS_KEPT = 16
+
+
+def thin_history(history: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Drop every other point of the oldest half (the first point stays)."""
+    half = len(history) // 2
+    return history[:half:2] + history[half:]
 
 
 class AgentEvents:
     def __init__(self, state: ControllerState) -> None:
         self.state = state
+        self._reports: dict[str, tuple[int, int]] = {}  # job id -> (attempt, rank-0 reports)
+        # Reports that carried a compute time, per (job id, gpus, nodes): the compute mean's n.
+        self._compute_counts: dict[tuple[str, int, int], int] = {}
 
     def register(self, node: Node, reports: Sequence[TaskReport]) -> None:
         """A (re)connecting agent: record the node and reconcile the tasks it reports."""
@@ -71,11 +117,82 @@ class AgentEvents:
             job = self.state.job(job_id)
             if task is None or job is None or task.node_id != node_id or rank != 0:
                 return
+            first = self._count_report(job.id, attempt)
             job.iteration = progress.iteration
             if progress.iteration_time_s > 0:
                 job.iteration_time_s = progress.iteration_time_s
             job.metrics = {**job.metrics, **progress.metrics, "loss": progress.loss}
+            if not first:
+                self._record_speed(job, progress)
+            self._record_metric(job, progress)
+            self._record_sr_overhead(job, attempt)
             self.state.save_job(job)
+
+    # --- observations for the estimator ---------------------------------------------------
+    def _count_report(self, job_id: str, attempt: int) -> bool:
+        """Count a rank-0 report; True for the first of its attempt."""
+        seen_attempt, count = self._reports.get(job_id, (attempt, 0))
+        if seen_attempt != attempt:
+            count = 0
+        self._reports[job_id] = (attempt, count + 1)
+        return count == 0
+
+    def _record_speed(self, job: Job, progress: Progress) -> None:
+        if progress.iteration_time_s <= 0 or not job.state.active:
+            return
+        tasks = self.state.live_tasks(job.id)
+        gpus = sum(len(t.gpu_indices) for t in tasks)
+        nodes = len({t.node_id for t in tasks})
+        if gpus == 0:
+            return
+        key = (job.id, gpus, nodes)
+        compute = progress.compute_time_s
+        index = next(
+            (i for i, s in enumerate(job.speed_samples) if (s.gpus, s.nodes) == (gpus, nodes)),
+            None,
+        )
+        if index is None:
+            self._compute_counts[key] = 1 if compute > 0 else 0
+            sample = SpeedSample(gpus, nodes, progress.iteration_time_s, max(compute, 0.0), 1)
+            job.speed_samples.append(sample)
+            job.speed_samples.sort(key=lambda s: (s.gpus, s.nodes))
+            return
+        old = job.speed_samples[index]
+        count = old.count + 1
+        iteration_time = (
+            old.iteration_time_s + (progress.iteration_time_s - old.iteration_time_s) / count
+        )
+        compute_time = old.compute_time_s
+        if compute > 0:
+            # After a controller restart the compute count is unknown: take the sample's.
+            n = self._compute_counts.get(key, old.count if old.compute_time_s > 0 else 0) + 1
+            self._compute_counts[key] = n
+            compute_time += (compute - compute_time) / n
+        job.speed_samples[index] = SpeedSample(gpus, nodes, iteration_time, compute_time, count)
+
+    def _record_metric(self, job: Job, progress: Progress) -> None:
+        stop = job.spec.stopping
+        if not isinstance(stop, TargetMetricStop):
+            return
+        value = progress.metrics.get(stop.metric)
+        if value is None or not math.isfinite(value):
+            return
+        history = job.metric_history
+        if history and (progress.iteration <= history[-1][0] or value == history[-1][1]):
+            return
+        history.append((progress.iteration, value))
+        if len(history) > METRIC_HISTORY_MAX:
+            job.metric_history = thin_history(history)
+
+    def _record_sr_overhead(self, job: Job, attempt: int) -> None:
+        timing = self.state.sr_timings.get(job.id)
+        if timing is None or timing.launched_at is None or timing.attempt != attempt:
+            return
+        del self.state.sr_timings[job.id]
+        assert timing.suspension_s is not None  # set before launched_at (lifecycle)
+        resumption_s = self.state.clock.now() - timing.launched_at
+        job.sr_overheads_s.append(timing.suspension_s + resumption_s)
+        del job.sr_overheads_s[:-SR_OVERHEADS_KEPT]
 
     # --- internals -----------------------------------------------------------------------
     def _current_task(self, job_id: str, rank: int, attempt: int) -> Task | None:

@@ -9,7 +9,7 @@ import random
 
 from controller.commands import KillCommand, LaunchCommand, LeaseCommand, SuspendCommand, TaskRef
 from controller.placement import TaskPlacement
-from controller.state import ControllerState
+from controller.state import ControllerState, SrTiming
 from mlsched.model import Job, JobState, ResumeRecord, Task, TaskState
 
 
@@ -20,7 +20,9 @@ def ref(task: Task) -> TaskRef:
 def launch(
     state: ControllerState, job: Job, placement: tuple[TaskPlacement, ...], lease_s: float
 ) -> None:
-    """Start a queued job (fresh or resuming from its checkpoint) on ``placement``."""
+    """Start a queued job (fresh or resuming from its checkpoint) on ``placement``: one task
+    per entry, in rank order. Fewer processes than ``spec.num_tasks`` make a profiling run;
+    WORLD_SIZE and the local ranks follow the placement, not the spec."""
     now = state.clock.now()
     resume = job.attempt > 0
     job.attempt += 1
@@ -37,6 +39,11 @@ def launch(
     if job.resumes and job.resumes[-1].resumed_at is None:
         job.resumes[-1].resumed_at = now
         job.resumes[-1].to_nodes = tuple(nodes_in_order)
+    timing = state.sr_timings.get(job.id)
+    if timing is not None and timing.suspension_s is not None:
+        timing.launched_at, timing.attempt = now, job.attempt  # ends at its first progress
+    else:
+        state.sr_timings.pop(job.id, None)
     tasks = [
         Task(job.id, p.rank, job.attempt, p.node_id, p.gpu_indices, TaskState.LAUNCHING)
         for p in placement
@@ -45,6 +52,9 @@ def launch(
     state.save_tasks(job.id)
     verb = "resuming" if resume else "launching"
     where = ", ".join(f"{p.node_id}:{list(p.gpu_indices)}" for p in placement)
+    held = sum(len(p.gpu_indices) for p in placement)
+    if held < job.spec.gpus:
+        where += f" ({held} of {job.spec.gpus} GPUs)"
     state.set_job_state(job, JobState.STARTING, f"{verb} attempt {job.attempt} on {where}")
     master = state.nodes[placement[0].node_id].address
     for task, p in zip(tasks, placement, strict=True):
@@ -80,6 +90,7 @@ def suspend(state: ControllerState, job: Job, reason: str) -> None:
         if task.state is not TaskState.SUSPENDING:
             task.state = TaskState.SUSPENDING
     state.save_tasks(job.id)
+    state.sr_timings[job.id] = SrTiming(ordered_at=state.clock.now())
     state.set_job_state(job, JobState.SUSPENDING, reason)
     for task in tasks:
         state.send(task.node_id, SuspendCommand(ref(task), state.settings.suspend_grace_s, reason))
@@ -133,7 +144,8 @@ def settle(state: ControllerState, job: Job) -> None:
     if job.state.terminal or state.live_tasks(job.id):
         return
     if job.attempt_started_at is not None:
-        job.attained_gpu_s += (state.clock.now() - job.attempt_started_at) * job.spec.gpus
+        held = state.attempt_gpus(job.id)  # fewer than spec.gpus in a profiling run
+        job.attained_gpu_s += (state.clock.now() - job.attempt_started_at) * held
         job.attempt_started_at = None
     tasks = state.job_tasks(job.id)
     if job.state is JobState.CANCELLING:
@@ -146,6 +158,11 @@ def settle(state: ControllerState, job: Job) -> None:
 
 def _requeue(state: ControllerState, job: Job, tasks: list[Task]) -> None:
     now = state.clock.now()
+    timing = state.sr_timings.get(job.id)
+    if job.state is JobState.SUSPENDING and timing is not None:
+        timing.suspension_s = now - timing.ordered_at
+    else:  # ended without a suspend order: nothing to time
+        state.sr_timings.pop(job.id, None)
     job.suspensions += 1
     job.lease_expires_at = None
     job.queued_since = now

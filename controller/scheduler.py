@@ -5,15 +5,45 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from controller import lifecycle
+from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, Launch, Policy
 from controller.snapshot import build_snapshot
 from controller.state import LIVE_TASK_STATES, ControllerState
-from mlsched.model import TaskState
+from mlsched.model import JobEstimate, JobSpec, TaskState
 
 log = logging.getLogger(__name__)
+
+
+def placement_problem(spec: JobSpec, placement: tuple[TaskPlacement, ...]) -> str | None:
+    """Why ``placement`` cannot run a job of ``spec``; None when it can.
+
+    A launch runs 1 to ``spec.num_tasks`` whole processes (fewer for a profiling run), ranked
+    0..k-1, each on ``gpus_per_process`` distinct GPUs of one node, no GPU given twice.
+    """
+    k, per = len(placement), spec.gpus_per_process
+    if not 1 <= k <= spec.num_tasks:
+        return (
+            f"{k} processes placed; the job runs 1 to {spec.num_tasks} "
+            f"({spec.gpus} GPUs, {per} per process)"
+        )
+    ranks = sorted(p.rank for p in placement)
+    if ranks != list(range(k)):
+        return f"ranks {ranks} are not 0..{k - 1}"
+    taken: set[tuple[str, int]] = set()
+    for p in placement:
+        if len(p.gpu_indices) != per or len(set(p.gpu_indices)) != per:
+            return (
+                f"rank {p.rank} holds GPUs {list(p.gpu_indices)}; every process needs "
+                f"{per} distinct GPU(s)"
+            )
+        for gpu in p.gpu_indices:
+            if (p.node_id, gpu) in taken:
+                return f"GPU {gpu} of {p.node_id} is given to more than one process"
+            taken.add((p.node_id, gpu))
+    return None
 
 
 class Scheduler:
@@ -78,23 +108,34 @@ class Scheduler:
                 lifecycle.suspend(state, job, "lease expired and was not renewed")
         for item in decision.launch:
             self._launch(item)
+        self._keep_estimates(decision.estimates)
+
+    def _keep_estimates(self, estimates: Mapping[str, JobEstimate]) -> None:
+        """Store each estimate on its job (for ``mlsched describe``), in one transaction and
+        without events: they change every cycle."""
+        state = self.state
+        if not estimates:
+            return
+        with state.store.transaction():
+            for job_id, estimate in estimates.items():
+                job = state.job(job_id)
+                if job is not None and not job.state.terminal and job.estimate != estimate:
+                    job.estimate = estimate
+                    state.save_job(job)
 
     def _launch(self, item: Launch) -> None:
         state = self.state
         job = state.job(item.job_id)
-        if job is None or not job.state.queued or not item.placement:
+        if job is None or not job.state.queued:
             return
-        if len(item.placement) != job.spec.num_tasks:
-            log.error(
-                "policy placed %d tasks for job %s, which has %d; ignored",
-                len(item.placement),
-                job.id,
-                job.spec.num_tasks,
-            )
+        problem = placement_problem(job.spec, item.placement)
+        if problem is not None:
+            log.error("launch of %s refused: %s", job.id, problem)
             return
+        placement = tuple(sorted(item.placement, key=lambda p: p.rank))
         busy = state.busy_gpus()
         schedulable = {n.id: {g.index for g in n.gpus} for n in state.schedulable_nodes()}
-        for p in item.placement:
+        for p in placement:
             gpus = set(p.gpu_indices)
             if (
                 p.node_id not in schedulable
@@ -104,7 +145,7 @@ class Scheduler:
                 log.info("launch of %s skipped: %s:%s no longer free", job.id, p.node_id, gpus)
                 return
             busy.setdefault(p.node_id, set()).update(gpus)
-        lifecycle.launch(state, job, item.placement, item.lease_s)
+        lifecycle.launch(state, job, placement, item.lease_s)
 
 
 class SchedulerLoop:

@@ -17,6 +17,13 @@ def estimated_remaining_s(job: Job) -> float | None:
     return max(0, budget - job.iteration) * job.iteration_time_s
 
 
+def mean_sr_overhead_s(job: Job) -> float | None:
+    """The mean measured suspend + resume overhead; None before one was measured."""
+    if not job.sr_overheads_s:
+        return None
+    return sum(job.sr_overheads_s) / len(job.sr_overheads_s)
+
+
 def job_view(state: ControllerState, job: Job) -> JobView:
     placement: tuple[TaskPlacement, ...] = ()
     attained = job.attained_gpu_s
@@ -24,7 +31,8 @@ def job_view(state: ControllerState, job: Job) -> JobView:
         tasks = state.live_tasks(job.id)
         placement = tuple(TaskPlacement(t.rank, t.node_id, t.gpu_indices) for t in tasks)
         if job.attempt_started_at is not None:
-            attained += (state.clock.now() - job.attempt_started_at) * job.spec.gpus
+            held = state.attempt_gpus(job.id)  # fewer than spec.gpus in a profiling run
+            attained += (state.clock.now() - job.attempt_started_at) * held
     return JobView(
         id=job.id,
         user=job.user,
@@ -41,6 +49,9 @@ def job_view(state: ControllerState, job: Job) -> JobView:
         running_since=job.attempt_started_at if placement else None,
         attained_gpu_s=attained,
         estimated_remaining_s=estimated_remaining_s(job),
+        speed_samples=tuple(job.speed_samples),
+        metric_history=tuple(job.metric_history),
+        sr_overhead_s=mean_sr_overhead_s(job),
     )
 
 

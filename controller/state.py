@@ -18,6 +18,19 @@ CommandSink = Callable[[str, Command], None]
 LIVE_TASK_STATES = (TaskState.LAUNCHING, TaskState.RUNNING, TaskState.SUSPENDING)
 
 
+@dataclass
+class SrTiming:
+    """One suspend-and-resume cycle of a job being timed (UniSched §III-B3's t_sr).
+
+    In memory only: a controller restart in the middle of a cycle loses that one measurement.
+    """
+
+    ordered_at: float  # the job entered SUSPENDING
+    suspension_s: float | None = None  # SUSPENDING -> SUSPENDED
+    launched_at: float | None = None  # the resuming launch
+    attempt: int = 0  # the resuming attempt, whose first progress report ends the cycle
+
+
 @dataclass(frozen=True)
 class ControllerSettings:
     lease_s: float = 300.0  # UniSched's BE lease is 5 min; the demo uses seconds
@@ -47,6 +60,7 @@ class ControllerState:
         self.tasks: dict[str, list[Task]] = loaded.tasks
         self.nodes: dict[str, Node] = loaded.nodes
         self.connected: set[str] = set()
+        self.sr_timings: dict[str, SrTiming] = {}  # job id -> suspend/resume being timed
         self.last_event_seq = 0
         now = clock.now()
         for node in self.nodes.values():
@@ -77,6 +91,7 @@ class ControllerState:
         if new.terminal:
             job.end_time = self.clock.now()
             job.lease_expires_at = None
+            self.sr_timings.pop(job.id, None)
         self.save_job(job)
         text = f"{old.value} -> {new.value}" + (f": {message}" if message else "")
         self.emit("job_state", text, job_id=job.id)
@@ -90,6 +105,11 @@ class ControllerState:
 
     def live_tasks(self, job_id: str) -> list[Task]:
         return [t for t in self.job_tasks(job_id) if t.state in LIVE_TASK_STATES]
+
+    def attempt_gpus(self, job_id: str) -> int:
+        """GPUs the job's current (or last) attempt was launched on; fewer than the spec asks
+        for in a profiling run."""
+        return sum(len(t.gpu_indices) for t in self.job_tasks(job_id))
 
     def tasks_on_node(self, node_id: str) -> Iterable[Task]:
         for tasks in self.tasks.values():

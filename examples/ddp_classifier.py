@@ -12,6 +12,13 @@ with a generator seeded from (seed, step, rank): the data order depends on nothi
 step, so a resumed run repeats an uninterrupted one exactly. Accuracy is evaluated on every
 rank's shard of the held-out set and summed over ranks, so every rank reports the same value.
 Rank 0 writes the checkpoints; every rank reads them on resume.
+
+Each step reports its wall time and its computation time (UniSched's T_comp: the step without
+gradient synchronization). In one process the two are the same. With several ranks DDP
+overlaps the all-reduce with the backward pass, so every --compute-probe-every steps the
+script also times a forward and backward pass of the unwrapped model on the same batch (no
+synchronization, gradients discarded) and reports the step's time with its synchronized
+forward and backward replaced by that probe. The probe changes neither weights nor RNG state.
 """
 
 from __future__ import annotations
@@ -48,6 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target-accuracy", type=float, default=None, help="stop once reached")
     p.add_argument("--checkpoint-dir", default=None, help="local mode only")
     p.add_argument("--resume", action="store_true", help="local mode: resume from the newest")
+    p.add_argument(
+        "--compute-probe-every",
+        type=int,
+        default=50,
+        help="with several ranks, time a forward+backward without sync every N steps (0: never)",
+    )
     return p.parse_args(argv)
 
 
@@ -66,6 +79,20 @@ def build_model(hidden: int, classes: int) -> nn.Module:
 def batch_generator(seed: int, step: int, rank: int) -> torch.Generator:
     """The generator drawing `rank`'s share of batch `step`: a function of those alone."""
     return torch.Generator().manual_seed((seed * 1_000_003 + step) * 4_099 + rank)
+
+
+def local_forward_backward_s(
+    model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, device: torch.device
+) -> float:
+    """Seconds of a forward and backward pass of the unwrapped model, without gradient
+    synchronization; leaves no gradients behind."""
+    started = time.perf_counter()
+    nn.functional.cross_entropy(model(inputs), labels).backward()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - started
+    model.zero_grad(set_to_none=True)
+    return elapsed
 
 
 @torch.no_grad()
@@ -108,6 +135,9 @@ def main(argv: list[str] | None = None) -> None:
         ddp_model = DistributedDataParallel(model) if distributed else model
         global_batch = (job.restored and job.restored.batch_size) or job.batch_size
         loss_value = float("nan")
+        probe_every = args.compute_probe_every if distributed else 0
+        local_pass_s: float | None = None  # the latest probe's forward + backward
+        attempt_steps = 0
 
         while not job.should_stop():
             global_batch = job.requested_batch_size() or global_batch
@@ -115,12 +145,29 @@ def main(argv: list[str] | None = None) -> None:
             started = time.perf_counter()
             generator = batch_generator(args.seed, step, rank)
             index = torch.randint(len(train_x), (local_batch,), generator=generator).to(device)
+            draw_s = time.perf_counter() - started
+            # Probe on the second step of the attempt (the first one is cold), then every N.
+            if probe_every and (attempt_steps == 1 or step % probe_every == 0):
+                local_pass_s = local_forward_backward_s(
+                    model, train_x[index], train_y[index], device
+                )
+            pass_started = time.perf_counter()
             loss = nn.functional.cross_entropy(ddp_model(train_x[index]), train_y[index])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP averages the gradients over ranks here
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            synced_pass_s = time.perf_counter() - pass_started
             optimizer.step()
             step += 1
+            attempt_steps += 1
             loss_value = loss.item()
+            elapsed = draw_s + time.perf_counter() - pass_started  # the probe excluded
+            compute: float | None = elapsed  # one process: nothing to synchronize
+            if distributed:
+                compute = None
+                if local_pass_s is not None:
+                    compute = min(elapsed, elapsed - synced_pass_s + local_pass_s)
             metrics = None
             if step % args.eval_every == 0:
                 metrics = {"accuracy": accuracy(model, test_x, test_y, distributed)}
@@ -128,8 +175,9 @@ def main(argv: list[str] | None = None) -> None:
                 step,
                 loss=loss_value,
                 metrics=metrics,
-                iteration_time=time.perf_counter() - started,
+                iteration_time=elapsed,
                 batch_size=global_batch,
+                compute_time=compute,
             )
             if job.should_suspend():  # the same answer on every rank, at the same step
                 job.save_checkpoint(step, model, optimizer=optimizer)

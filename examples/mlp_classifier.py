@@ -101,12 +101,14 @@ def main(argv: list[str] | None = None) -> None:
             metrics = None
             if step % args.eval_every == 0:
                 metrics = {"accuracy": accuracy(model, test_x, test_y)}
+            elapsed = time.perf_counter() - started
             job.report(
                 step,
                 loss=loss_value,
                 metrics=metrics,
-                iteration_time=time.perf_counter() - started,
+                iteration_time=elapsed,
                 batch_size=batch_size,
+                compute_time=elapsed,  # one process, no gradient synchronization
             )
             if job.should_suspend():
                 job.save_checkpoint(step, model, optimizer=optimizer)

@@ -261,6 +261,7 @@ class Progress:
     iteration_time_s: float
     batch_size: int
     time: float
+    compute_time_s: float = 0.0  # per-iteration computation alone (T_comp); 0: not reported
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from mlsched.jobspec import stopping_to_dict
-from mlsched.model import Event, Job, Node, Task
+from mlsched.model import Event, Job, JobEstimate, Node, SpeedSample, Task
 
 
 def jct_s(job: Job) -> float | None:
@@ -24,6 +25,37 @@ def task_dict(task: Task) -> dict[str, Any]:
         "attempt": task.attempt,
         "exit_code": task.exit_code,
         "message": task.message,
+    }
+
+
+def mean_sr_overhead_s(job: Job) -> float | None:
+    """Mean measured suspend + resume overhead (UniSched's t_sr); None before any."""
+    if not job.sr_overheads_s:
+        return None
+    return sum(job.sr_overheads_s) / len(job.sr_overheads_s)
+
+
+def estimate_dict(estimate: JobEstimate | None) -> dict[str, Any] | None:
+    if estimate is None:
+        return None
+    return {
+        "phase": estimate.phase,
+        "iterations": estimate.iterations,
+        "iteration_time_s": estimate.iteration_time_s,
+        "remaining_s": estimate.remaining_s,
+        "reward": estimate.reward,
+        "allocation": estimate.allocation,
+        "time": estimate.time,
+    }
+
+
+def speed_sample_dict(sample: SpeedSample) -> dict[str, Any]:
+    return {
+        "gpus": sample.gpus,
+        "nodes": sample.nodes,
+        "iteration_time_s": sample.iteration_time_s,
+        "compute_time_s": sample.compute_time_s,
+        "count": sample.count,
     }
 
 
@@ -65,6 +97,10 @@ def job_dict(job: Job, tasks: Sequence[Task] = ()) -> dict[str, Any]:
             }
             for r in job.resumes
         ],
+        "estimate": estimate_dict(job.estimate),
+        "speed_samples": [speed_sample_dict(x) for x in job.speed_samples],
+        "sr_overheads_s": list(job.sr_overheads_s),
+        "sr_overhead_mean_s": mean_sr_overhead_s(job),
         "tasks": [task_dict(t) for t in tasks],
     }
 
@@ -178,9 +214,78 @@ def nodes_table(nodes: Sequence[tuple[Node, Sequence[int]]]) -> str:
     return table(["NODE", "ADDRESS", "STATE", "GPUS BUSY", "CPU", "MEM"], rows)
 
 
+_SECTIONS = (
+    "tasks",
+    "resumptions",
+    "estimate",
+    "speed_samples",
+    "sr_overheads_s",
+    "sr_overhead_mean_s",
+)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.4g} s"
+
+
+def _duration(value: float) -> str:
+    """Seconds, with minutes and hours spelled out from a minute on."""
+    if not math.isfinite(value):
+        return "unknown"
+    if value < 60:
+        return _seconds(value)
+    total = round(value)
+    hours, rest = divmod(total, 3600)
+    minutes, seconds = divmod(rest, 60)
+    spelled = f"{hours}h {minutes:02d}m {seconds:02d}s" if hours else f"{minutes}m {seconds:02d}s"
+    return f"{total} s ({spelled})"
+
+
+def _shape(gpus: int, nodes: int) -> str:
+    return f"{gpus} GPU{'' if gpus == 1 else 's'} on {nodes} node{'' if nodes == 1 else 's'}"
+
+
+def _estimate_lines(estimate: JobEstimate | None) -> list[str]:
+    if estimate is None:
+        return ["estimate: none"]
+    return [
+        "estimate:",
+        f"  phase: {estimate.phase}",
+        f"  predicted iterations: {estimate.iterations}",
+        f"  iteration time: {_seconds(estimate.iteration_time_s)}",
+        f"  predicted remaining: {_duration(estimate.remaining_s)}",
+        f"  reward: {estimate.reward:g}",
+        f"  allocation: {estimate.allocation or '-'}",
+        f"  made at: {estimate.time}",
+    ]
+
+
+def _observation_lines(job: Job) -> list[str]:
+    lines = ["speed samples:"]
+    for x in job.speed_samples:
+        compute = (
+            f"compute {_seconds(x.compute_time_s)}" if x.compute_time_s > 0 else "compute unknown"
+        )
+        reports = f"{x.count} report{'' if x.count == 1 else 's'}"
+        lines.append(
+            f"  {_shape(x.gpus, x.nodes)}: {_seconds(x.iteration_time_s)}/iteration, "
+            f"{compute} ({reports})"
+        )
+    mean = mean_sr_overhead_s(job)
+    if mean is None:
+        lines.append("suspend/resume overhead: not measured yet")
+    else:
+        lines.append(
+            f"suspend/resume overhead: {_duration(mean)} (mean of {len(job.sr_overheads_s)})"
+        )
+    return lines
+
+
 def describe(job: Job, tasks: Sequence[Task]) -> str:
     d = job_dict(job, tasks)
-    lines = [f"{k}: {v}" for k, v in d.items() if k not in ("tasks", "resumptions")]
+    lines = [f"{k}: {v}" for k, v in d.items() if k not in _SECTIONS]
+    lines.extend(_estimate_lines(job.estimate))
+    lines.extend(_observation_lines(job))
     lines.append("resumptions:")
     lines.extend(
         f"  suspended on {','.join(r.from_nodes)} at checkpoint step {r.checkpoint_step}"

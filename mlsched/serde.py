@@ -10,6 +10,7 @@ from mlsched.model import (
     IterationStop,
     Job,
     JobClass,
+    JobEstimate,
     JobSpec,
     JobState,
     MetricGoal,
@@ -17,6 +18,7 @@ from mlsched.model import (
     NodeMetrics,
     Progress,
     ResumeRecord,
+    SpeedSample,
     StoppingCriterion,
     TargetMetricStop,
     Task,
@@ -145,6 +147,50 @@ def task_to_proto(task: Task) -> pb.TaskInfo:
     )
 
 
+def speed_sample_to_proto(sample: SpeedSample) -> pb.SpeedSample:
+    return pb.SpeedSample(
+        gpus=sample.gpus,
+        nodes=sample.nodes,
+        iteration_time_s=sample.iteration_time_s,
+        compute_time_s=sample.compute_time_s,
+        count=sample.count,
+    )
+
+
+def speed_sample_from_proto(msg: pb.SpeedSample) -> SpeedSample:
+    return SpeedSample(
+        gpus=msg.gpus,
+        nodes=msg.nodes,
+        iteration_time_s=msg.iteration_time_s,
+        compute_time_s=msg.compute_time_s,
+        count=msg.count,
+    )
+
+
+def estimate_to_proto(estimate: JobEstimate) -> pb.JobEstimate:
+    return pb.JobEstimate(
+        phase=estimate.phase,
+        iterations=estimate.iterations,
+        iteration_time_s=estimate.iteration_time_s,
+        remaining_s=estimate.remaining_s,
+        reward=estimate.reward,
+        allocation=estimate.allocation,
+        time=estimate.time,
+    )
+
+
+def estimate_from_proto(msg: pb.JobEstimate) -> JobEstimate:
+    return JobEstimate(
+        phase=msg.phase,
+        iterations=msg.iterations,
+        iteration_time_s=msg.iteration_time_s,
+        remaining_s=msg.remaining_s,
+        reward=msg.reward,
+        allocation=msg.allocation,
+        time=msg.time,
+    )
+
+
 def job_to_proto(job: Job, tasks: list[Task]) -> pb.Job:
     return pb.Job(
         id=job.id,
@@ -176,6 +222,9 @@ def job_to_proto(job: Job, tasks: list[Task]) -> pb.Job:
             )
             for r in job.resumes
         ],
+        estimate=None if job.estimate is None else estimate_to_proto(job.estimate),
+        speed_samples=[speed_sample_to_proto(s) for s in job.speed_samples],
+        sr_overheads_s=job.sr_overheads_s,
     )
 
 
@@ -211,6 +260,9 @@ def job_from_proto(msg: pb.Job) -> tuple[Job, list[Task]]:
             )
             for r in msg.resumptions
         ],
+        speed_samples=[speed_sample_from_proto(s) for s in msg.speed_samples],
+        sr_overheads_s=list(msg.sr_overheads_s),
+        estimate=estimate_from_proto(msg.estimate) if msg.HasField("estimate") else None,
     )
     tasks = [
         Task(
@@ -331,6 +383,7 @@ def progress_from_proto(msg: pb.Progress) -> Progress:
         iteration_time_s=msg.iteration_time_s,
         batch_size=msg.batch_size,
         time=msg.time,
+        compute_time_s=msg.compute_time_s,
     )
 
 

@@ -120,6 +120,7 @@ def progress_from_pb(msg: common_pb2.Progress) -> ProgressInfo:
         iteration_time_s=msg.iteration_time_s,
         batch_size=msg.batch_size,
         time=msg.time,
+        compute_time_s=msg.compute_time_s,
     )
 
 
@@ -132,6 +133,7 @@ def progress_to_pb(p: ProgressInfo) -> common_pb2.Progress:
         iteration_time_s=p.iteration_time_s,
         batch_size=p.batch_size,
         time=p.time,
+        compute_time_s=p.compute_time_s,
     )
 
 

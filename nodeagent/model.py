@@ -115,6 +115,7 @@ class ProgressInfo:
     iteration_time_s: float = 0.0
     batch_size: int = 0
     time: float = 0.0
+    compute_time_s: float = 0.0  # per-iteration computation alone; 0 when not measured
 
 
 @dataclass(frozen=True)

@@ -376,12 +376,19 @@ class JobContext:
         metrics: Mapping[str, float | torch.Tensor] | None = None,
         iteration_time: float | None = None,
         batch_size: int | None = None,
+        compute_time: float | None = None,
     ) -> None:
         """Record progress after `step` iterations; never blocks on the agent.
 
         Metrics accumulate: each report carries the latest value of every metric reported
         so far, so an accuracy evaluated every N steps is never lost to rate limiting. The
         agent gets the newest report at most every `report_interval` seconds.
+
+        `iteration_time` is the wall time of the latest iteration in seconds. `compute_time`
+        (optional) is the computation part of it alone: forward and backward (and the
+        optimizer step) without waiting for gradient synchronization, UniSched's T_comp.
+        Leave it unset unless it is measured; in a single process with no communication it
+        equals `iteration_time`. Schedulers use both to predict the speed on other GPU counts.
         """
         self._step = int(step)
         if loss is not None:
@@ -405,6 +412,7 @@ class JobContext:
                 iteration_time_s=iteration_time or 0.0,
                 batch_size=self._current_batch_size or 0,
                 time=time.time(),
+                compute_time_s=compute_time or 0.0,
             )
         )
 

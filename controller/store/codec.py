@@ -12,11 +12,13 @@ from mlsched.model import (
     IterationStop,
     Job,
     JobClass,
+    JobEstimate,
     JobSpec,
     JobState,
     MetricGoal,
     Node,
     ResumeRecord,
+    SpeedSample,
     StoppingCriterion,
     TargetMetricStop,
     Task,
@@ -82,6 +84,7 @@ def job_to_json(job: Job) -> str:
 
 
 def job_from_json(text: str) -> Job:
+    """Decode a job row; rows written before a field existed get its default."""
     d = json.loads(text)
     d["spec"] = spec_from_dict(d["spec"])
     d["state"] = JobState(d["state"])
@@ -91,6 +94,11 @@ def job_from_json(text: str) -> Job:
         )
         for r in d["resumes"]
     ]
+    d["speed_samples"] = [SpeedSample(**s) for s in d.get("speed_samples", [])]
+    d["metric_history"] = [(int(i), float(v)) for i, v in d.get("metric_history", [])]
+    d["sr_overheads_s"] = list(d.get("sr_overheads_s", []))
+    estimate = d.get("estimate")
+    d["estimate"] = None if estimate is None else JobEstimate(**estimate)
     return Job(**d)
 
 

@@ -157,7 +157,7 @@ class TaskInfo(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., node_id: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "user", "spec", "state", "submit_time", "first_start_time", "end_time", "attempt", "suspensions", "node_history", "metrics", "iteration", "checkpoint_step", "restored_step", "lease_expires_at", "message", "tasks", "failures", "resumptions")
+    __slots__ = ("id", "user", "spec", "state", "submit_time", "first_start_time", "end_time", "attempt", "suspensions", "node_history", "metrics", "iteration", "checkpoint_step", "restored_step", "lease_expires_at", "message", "tasks", "failures", "resumptions", "estimate", "speed_samples", "sr_overheads_s")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +184,9 @@ class Job(_message.Message):
     TASKS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
     RESUMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    SPEED_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SR_OVERHEADS_S_FIELD_NUMBER: _ClassVar[int]
     id: str
     user: str
     spec: JobSpec
@@ -203,7 +206,42 @@ class Job(_message.Message):
     tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
     failures: int
     resumptions: _containers.RepeatedCompositeFieldContainer[Resumption]
-    def __init__(self, id: _Optional[str] = ..., user: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., submit_time: _Optional[float] = ..., first_start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., attempt: _Optional[int] = ..., suspensions: _Optional[int] = ..., node_history: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., iteration: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., lease_expires_at: _Optional[float] = ..., message: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., failures: _Optional[int] = ..., resumptions: _Optional[_Iterable[_Union[Resumption, _Mapping]]] = ...) -> None: ...
+    estimate: JobEstimate
+    speed_samples: _containers.RepeatedCompositeFieldContainer[SpeedSample]
+    sr_overheads_s: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, id: _Optional[str] = ..., user: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., state: _Optional[_Union[JobState, str]] = ..., submit_time: _Optional[float] = ..., first_start_time: _Optional[float] = ..., end_time: _Optional[float] = ..., attempt: _Optional[int] = ..., suspensions: _Optional[int] = ..., node_history: _Optional[_Iterable[str]] = ..., metrics: _Optional[_Mapping[str, float]] = ..., iteration: _Optional[int] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., lease_expires_at: _Optional[float] = ..., message: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., failures: _Optional[int] = ..., resumptions: _Optional[_Iterable[_Union[Resumption, _Mapping]]] = ..., estimate: _Optional[_Union[JobEstimate, _Mapping]] = ..., speed_samples: _Optional[_Iterable[_Union[SpeedSample, _Mapping]]] = ..., sr_overheads_s: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class SpeedSample(_message.Message):
+    __slots__ = ("gpus", "nodes", "iteration_time_s", "compute_time_s", "count")
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    gpus: int
+    nodes: int
+    iteration_time_s: float
+    compute_time_s: float
+    count: int
+    def __init__(self, gpus: _Optional[int] = ..., nodes: _Optional[int] = ..., iteration_time_s: _Optional[float] = ..., compute_time_s: _Optional[float] = ..., count: _Optional[int] = ...) -> None: ...
+
+class JobEstimate(_message.Message):
+    __slots__ = ("phase", "iterations", "iteration_time_s", "remaining_s", "reward", "allocation", "time")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_S_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATION_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    phase: str
+    iterations: int
+    iteration_time_s: float
+    remaining_s: float
+    reward: float
+    allocation: str
+    time: float
+    def __init__(self, phase: _Optional[str] = ..., iterations: _Optional[int] = ..., iteration_time_s: _Optional[float] = ..., remaining_s: _Optional[float] = ..., reward: _Optional[float] = ..., allocation: _Optional[str] = ..., time: _Optional[float] = ...) -> None: ...
 
 class Resumption(_message.Message):
     __slots__ = ("suspended_at", "checkpoint_step", "from_nodes", "resumed_at", "restored_step", "to_nodes")
@@ -308,7 +346,7 @@ class Node(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuInfo, _Mapping]]] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., alive: _Optional[bool] = ..., last_seen: _Optional[float] = ..., metrics: _Optional[_Union[NodeMetrics, _Mapping]] = ..., busy_gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Progress(_message.Message):
-    __slots__ = ("iteration", "loss", "metrics", "iteration_time_s", "batch_size", "time")
+    __slots__ = ("iteration", "loss", "metrics", "iteration_time_s", "batch_size", "time", "compute_time_s")
     class MetricsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -322,13 +360,15 @@ class Progress(_message.Message):
     ITERATION_TIME_S_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_TIME_S_FIELD_NUMBER: _ClassVar[int]
     iteration: int
     loss: float
     metrics: _containers.ScalarMap[str, float]
     iteration_time_s: float
     batch_size: int
     time: float
-    def __init__(self, iteration: _Optional[int] = ..., loss: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., iteration_time_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., time: _Optional[float] = ...) -> None: ...
+    compute_time_s: float
+    def __init__(self, iteration: _Optional[int] = ..., loss: _Optional[float] = ..., metrics: _Optional[_Mapping[str, float]] = ..., iteration_time_s: _Optional[float] = ..., batch_size: _Optional[int] = ..., time: _Optional[float] = ..., compute_time_s: _Optional[float] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("seq", "time", "job_id", "node_id", "kind", "message")

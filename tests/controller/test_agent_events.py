@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from controller import lifecycle
+from controller.agent_events import METRIC_HISTORY_MAX, SR_OVERHEADS_KEPT, thin_history
+from controller.clock import ManualClock
 from controller.commands import (
     AckCommand,
     KillCommand,
@@ -13,7 +15,21 @@ from controller.commands import (
     TaskRef,
     TaskReport,
 )
-from mlsched.model import GpuInfo, JobState, NodeMetrics, Progress, TaskState
+from controller.placement import TaskPlacement
+from controller.policy.base import ClusterSnapshot, Decision, Launch, Suspend
+from controller.policy.fifo import FifoPolicy
+from controller.snapshot import build_snapshot
+from mlsched.model import (
+    GpuInfo,
+    JobEstimate,
+    JobState,
+    MetricGoal,
+    NodeMetrics,
+    Progress,
+    SpeedSample,
+    TargetMetricStop,
+    TaskState,
+)
 
 T0 = 1_000.0
 
@@ -411,3 +427,228 @@ def test_restored_step_is_that_of_the_latest_attempt(cluster):
     # The checkpoint could not be read on this attempt: the trainer starts from scratch.
     c.report(job.id, 0, TaskState.RUNNING, restored_step=0)
     assert job.restored_step == 0
+
+
+# --- observations for the estimator ----------------------------------------------------------
+
+
+class Scripted:
+    """Plays the given decisions, one per cycle, then decides nothing."""
+
+    name = "scripted"
+
+    def __init__(self, *decisions: Decision) -> None:
+        self.decisions = list(decisions)
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        return self.decisions.pop(0) if self.decisions else Decision()
+
+
+def timed(iteration: int, iteration_time: float, compute: float = 0.0) -> Progress:
+    return Progress(iteration, 1.0, {}, iteration_time, 64, T0, compute)
+
+
+TARGET = TargetMetricStop("accuracy", 0.99, MetricGoal.MAXIMIZE, 10_000)
+
+
+def test_speed_samples_skip_the_first_report_and_keep_running_means(cluster):
+    c = cluster
+    c.add_node("n1", 2)
+    job = running_on(c, "n1", gpus=2)
+
+    def send(p: Progress, rank: int = 0) -> None:
+        c.events.progress("n1", job.id, rank, 1, p)
+
+    send(timed(1, 9.0, 9.0))  # warm-up and restore: not a sample
+    assert job.speed_samples == []
+    send(timed(2, 0.5, 0.25))
+    assert job.speed_samples == [SpeedSample(2, 1, 0.5, 0.25, 1)]
+    send(timed(3, 0.75))  # no compute time: its mean stays
+    assert job.speed_samples == [SpeedSample(2, 1, 0.625, 0.25, 2)]
+    send(timed(4, 1.0, 0.5))  # (0.5 + 0.75 + 1.0) / 3, (0.25 + 0.5) / 2
+    assert job.speed_samples == [SpeedSample(2, 1, 0.75, 0.375, 3)]
+    send(timed(5, 0.0, 0.5))  # no iteration time: not counted at all
+    send(timed(6, -1.0))
+    send(timed(7, 5.0, 5.0), rank=1)  # only rank 0 counts
+    assert job.speed_samples == [SpeedSample(2, 1, 0.75, 0.375, 3)]
+    assert job.iteration_time_s == 1.0
+    assert c.store.load().jobs[job.id].speed_samples == job.speed_samples
+
+
+def test_speed_samples_are_kept_per_allocation_shape(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    c.add_node("n2", 1)
+    job = c.submit(gpus=2)
+
+    def attempt(placement: tuple[TaskPlacement, ...], times: list[float]) -> None:
+        c.scheduler.policy = Scripted(Decision(launch=(Launch(job.id, placement, 100.0),)))
+        c.cycle()
+        c.report_all(job.id, TaskState.RUNNING)
+        node = c.task(job.id).node_id
+        for i, iteration_time in enumerate(times):
+            c.events.progress(node, job.id, 0, job.attempt, timed(i + 1, iteration_time))
+        c.report_all(job.id, TaskState.SUSPENDED)
+        assert job.state is JobState.SUSPENDED
+
+    attempt((TaskPlacement(0, "n1", (0,)),), [8.0, 0.5])  # profiling on one GPU
+    attempt((TaskPlacement(0, "n1", (0,)), TaskPlacement(1, "n2", (0,))), [8.0, 0.75, 1.25])
+    attempt((TaskPlacement(0, "n2", (0,)),), [8.0, 1.0])  # one GPU again, another node
+    assert job.speed_samples == [SpeedSample(1, 1, 0.75, 0.0, 2), SpeedSample(2, 2, 1.0, 0.0, 2)]
+
+
+def test_metric_history_records_new_values_of_the_target_metric(cluster):
+    c = cluster
+    c.add_node("n1", 2)
+    job = c.submit(stopping=TARGET)
+    plain = c.submit()  # stops after a number of iterations: no history
+    c.cycle()
+    for j in (job, plain):
+        c.report_all(j.id, TaskState.RUNNING)
+
+    def send(iteration: int, **metrics: float) -> None:
+        c.events.progress("n1", job.id, 0, 1, progress(iteration, 1.0, **metrics))
+        c.events.progress("n1", plain.id, 0, 1, progress(iteration, 1.0, **metrics))
+
+    send(10, accuracy=0.5)
+    send(20, accuracy=0.5)  # the shim repeating the same evaluation: stale
+    send(30)  # no accuracy in this report
+    send(40, accuracy=0.625, top5=0.75)
+    send(35, accuracy=0.75)  # iteration went back (resumed from an older checkpoint)
+    send(50, accuracy=float("nan"))
+    assert job.metric_history == [(10, 0.5), (40, 0.625)]
+    assert plain.metric_history == []
+    assert c.store.load().jobs[job.id].metric_history == job.metric_history
+
+
+def test_thin_history_drops_every_other_point_of_the_oldest_half():
+    points = [(i, float(i)) for i in range(1, 6)]
+    assert thin_history(points) == [(1, 1.0), (3, 3.0), (4, 4.0), (5, 5.0)]
+    assert thin_history([(1, 1.0)]) == [(1, 1.0)]
+
+
+def test_metric_history_is_capped_keeping_the_first_and_latest_points(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = c.submit(stopping=TARGET)
+    c.cycle()
+    c.report_all(job.id, TaskState.RUNNING)
+    assert METRIC_HISTORY_MAX == 256
+    for i in range(1, 257):
+        c.events.progress("n1", job.id, 0, 1, progress(i, 1.0, accuracy=i / 1000))
+    assert len(job.metric_history) == 256
+    c.events.progress("n1", job.id, 0, 1, progress(257, 1.0, accuracy=0.257))
+    # 257 points: the oldest 128 keep iterations 1, 3, ..., 127; 129..257 all stay.
+    expected = [(i, i / 1000) for i in range(1, 128, 2)] + [(i, i / 1000) for i in range(129, 258)]
+    assert len(expected) == 193
+    assert job.metric_history == expected
+    assert c.store.load().jobs[job.id].metric_history == expected
+
+
+def suspend_by_policy(c, job) -> None:
+    c.scheduler.policy = Scripted(Decision(suspend=(Suspend(job.id, "preempted"),)))
+    c.cycle()
+    assert job.state is JobState.SUSPENDING
+
+
+def test_suspend_resume_overhead_is_suspension_plus_resumption(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = running_on(c, "n1")
+    c.events.progress("n1", job.id, 0, 1, progress(5, 1.0))  # a first attempt: nothing to time
+    c.advance(10.0)
+    suspend_by_policy(c, job)  # t = 1010
+    c.advance(3.0)
+    c.report(job.id, 0, TaskState.SUSPENDED)  # t = 1013: suspension 3 s
+    assert job.state is JobState.SUSPENDED
+    assert job.sr_overheads_s == []
+    c.advance(5.0)
+    c.scheduler.policy = FifoPolicy()
+    c.cycle()  # t = 1018: the resuming launch
+    assert job.attempt == 2
+    c.advance(2.0)
+    c.report(job.id, 0, TaskState.RUNNING, restored_step=0)
+    c.advance(4.0)
+    c.events.progress("n1", job.id, 0, 2, progress(6, 1.0))  # t = 1024: resumption 6 s
+    assert job.sr_overheads_s == [9.0]
+    c.advance(1.0)
+    c.events.progress("n1", job.id, 0, 2, progress(7, 1.0))  # only the first report counts
+    assert job.sr_overheads_s == [9.0]
+    assert c.store.load().jobs[job.id].sr_overheads_s == [9.0]
+    with c.state.lock:
+        [view] = build_snapshot(c.state).active
+    assert view.sr_overhead_s == 9.0
+
+
+def test_only_the_latest_suspend_resume_overheads_are_kept(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = running_on(c, "n1")
+    for k in range(SR_OVERHEADS_KEPT + 1):
+        suspend_by_policy(c, job)
+        c.advance(1.0, heartbeat=True)
+        c.report(job.id, 0, TaskState.SUSPENDED)
+        c.scheduler.policy = FifoPolicy()
+        c.cycle()
+        c.advance(float(k), heartbeat=True)
+        c.report(job.id, 0, TaskState.RUNNING)
+        c.events.progress("n1", job.id, 0, job.attempt, progress(k, 1.0))
+    assert job.sr_overheads_s == [1.0 + k for k in range(1, SR_OVERHEADS_KEPT + 1)]
+
+
+def test_cancelling_drops_the_timing_and_any_suspension_is_timed_from_suspending(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = running_on(c, "n1")
+    suspend_by_policy(c, job)
+    c.jobs.cancel("alice", job.id)  # CANCELLING: the timing is dropped with the job
+    c.report(job.id, 0, TaskState.KILLED)
+    assert job.state is JobState.CANCELLED
+    assert c.state.sr_timings == {}
+
+    c.scheduler.policy = FifoPolicy()
+    other = running_on(c, "n1")
+    # A suspension the controller did not order (the trainer stopped at a lease boundary)
+    # still goes through SUSPENDING, so it is timed from then.
+    c.advance(2.0)
+    c.report(other.id, 0, TaskState.SUSPENDED)
+    assert other.state is JobState.SUSPENDED
+    assert c.state.sr_timings[other.id].suspension_s == 0.0
+
+
+def test_observations_and_estimates_survive_a_controller_restart(tmp_path, make_cluster):
+    path = tmp_path / "controller.db"
+    first = make_cluster(path)
+    first.add_node("n1", 1)
+    job = first.submit(stopping=TARGET)
+    first.cycle()
+    first.report_all(job.id, TaskState.RUNNING)
+    for i, t in enumerate([4.0, 0.5, 0.75], start=1):
+        first.events.progress("n1", job.id, 0, 1, timed(i, t, t / 2))
+    first.events.progress("n1", job.id, 0, 1, progress(10, 1.0, accuracy=0.5))  # 0.25 s
+    suspend_by_policy(first, job)
+    first.advance(2.0)
+    first.report(job.id, 0, TaskState.SUSPENDED)
+    first.scheduler.policy = FifoPolicy()
+    first.cycle()
+    first.advance(3.0)
+    first.events.progress("n1", job.id, 0, 2, progress(11, 1.0, accuracy=0.625))
+    assert job.sr_overheads_s == [5.0]
+    assert job.speed_samples == [SpeedSample(1, 1, 0.5, 0.3125, 3)]
+    estimate = JobEstimate("best-effort", 900, 0.5, 445.0, 0.25, "1 GPU on n1", 1_012.0)
+    first.scheduler.policy = Scripted(Decision(estimates={job.id: estimate}))
+    first.cycle()
+    assert job.estimate == estimate
+
+    second = make_cluster(path, clock=ManualClock(first.clock.now() + 5.0))
+    restored = second.state.jobs[job.id]
+    assert restored == job
+    assert restored.speed_samples == job.speed_samples
+    assert restored.metric_history == [(10, 0.5), (11, 0.625)]
+    assert restored.sr_overheads_s == [5.0]
+    assert restored.estimate == estimate
+    with second.state.lock:
+        [view] = build_snapshot(second.state).active
+    assert view.speed_samples == (SpeedSample(1, 1, 0.5, 0.3125, 3),)
+    assert view.metric_history == ((10, 0.5), (11, 0.625))
+    assert view.sr_overhead_s == 5.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -18,7 +19,8 @@ from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, Launch, Renew, Suspend
 from controller.policy.fifo import FifoPolicy
 from controller.scheduler import Scheduler, SchedulerLoop
-from mlsched.model import JobState, ResumeRecord, TaskState
+from controller.snapshot import build_snapshot
+from mlsched.model import JobEstimate, JobState, ResumeRecord, TaskState
 
 T0 = 1_000.0
 
@@ -415,6 +417,132 @@ def test_a_multi_node_launch_is_skipped_as_a_whole(make_cluster):
     assert job.state is JobState.PENDING
     assert c.tasks(job.id) == []
     assert c.sink.sent == []
+
+
+# --- profiling launches on fewer GPUs -----------------------------------------------------------
+
+
+def test_a_profiling_launch_runs_2_of_4_gpus_and_counts_only_those(make_cluster):
+    c = make_cluster()
+    c.add_node("n1", 4)
+    job = c.submit(gpus=4)
+    placement = (tp(1, "n1", 3), tp(0, "n1", 2))  # any order; ranks 0..k-1
+    c.scheduler.policy = StubPolicy(Decision(launch=(Launch(job.id, placement, 100.0),)))
+    c.sink.clear()
+    c.cycle()
+    assert job.state is JobState.STARTING
+    assert [(t.rank, t.gpu_indices) for t in c.tasks(job.id)] == [(0, (2,)), (1, (3,))]
+    assert [
+        (cmd.task.rank, cmd.gpu_indices, cmd.world_size, cmd.local_rank, cmd.local_world_size)
+        for _, cmd in launches(c.sink)
+    ] == [(0, (2,), 2, 0, 2), (1, (3,), 2, 1, 2)]
+    assert c.state.busy_gpus() == {"n1": {2, 3}}
+    assert job.message == "launching attempt 1 on n1:[2], n1:[3] (2 of 4 GPUs)"
+
+    c.scheduler.policy = StubPolicy()
+    c.report_all(job.id, TaskState.RUNNING)
+    c.advance(10.0, heartbeat=True)
+    with c.state.lock:
+        [view] = build_snapshot(c.state).active
+    assert view.attained_gpu_s == 20.0  # 10 s on 2 GPUs, not on the 4 asked for
+    c.report_all(job.id, TaskState.SUSPENDED)
+    assert job.state is JobState.SUSPENDED
+    assert job.attained_gpu_s == 20.0
+
+
+def test_a_profiling_launch_of_whole_processes_of_two_gpus(make_cluster):
+    c = make_cluster()
+    c.add_node("n1", 4)
+    job = c.submit(gpus=4, gpus_per_process=2)
+    placement = (tp(0, "n1", 2, 3),)
+    c.scheduler.policy = StubPolicy(Decision(launch=(Launch(job.id, placement, 100.0),)))
+    c.sink.clear()
+    c.cycle()
+    assert job.state is JobState.STARTING
+    [(_, cmd)] = launches(c.sink)
+    assert (cmd.gpu_indices, cmd.world_size, cmd.local_world_size) == ((2, 3), 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "per_process", "placement", "message"),
+    [
+        (
+            4,
+            1,
+            tuple(tp(r, "n1", r) for r in range(5)),
+            "5 processes placed; the job runs 1 to 4 (4 GPUs, 1 per process)",
+        ),
+        (4, 1, (), "0 processes placed; the job runs 1 to 4 (4 GPUs, 1 per process)"),
+        (
+            4,
+            2,
+            (tp(0, "n1", 0),),
+            "rank 0 holds GPUs [0]; every process needs 2 distinct GPU(s)",
+        ),
+        (
+            4,
+            2,
+            (tp(0, "n1", 0, 0),),
+            "rank 0 holds GPUs [0, 0]; every process needs 2 distinct GPU(s)",
+        ),
+        (
+            4,
+            2,
+            (tp(0, "n1", 0, 1, 2),),
+            "rank 0 holds GPUs [0, 1, 2]; every process needs 2 distinct GPU(s)",
+        ),
+        (4, 1, (tp(1, "n1", 0),), "ranks [1] are not 0..0"),
+        (4, 1, (tp(0, "n1", 0), tp(0, "n1", 1)), "ranks [0, 0] are not 0..1"),
+        (
+            4,
+            1,
+            (tp(0, "n1", 0), tp(1, "n1", 0)),
+            "GPU 0 of n1 is given to more than one process",
+        ),
+    ],
+)
+def test_placements_that_do_not_fit_the_job_are_refused(
+    make_cluster, caplog, gpus, per_process, placement, message
+):
+    c = make_cluster()
+    c.add_node("n1", 8)
+    job = c.submit(gpus=gpus, gpus_per_process=per_process)
+    c.scheduler.policy = StubPolicy(Decision(launch=(Launch(job.id, placement, 100.0),)))
+    c.sink.clear()
+    with caplog.at_level(logging.ERROR, logger="controller.scheduler"):
+        c.cycle()
+    assert job.state is JobState.PENDING
+    assert c.sink.sent == []
+    assert [r.getMessage() for r in caplog.records] == [f"launch of {job.id} refused: {message}"]
+
+
+# --- estimates -------------------------------------------------------------------------------
+
+
+def test_estimates_are_kept_on_their_jobs_without_events(make_cluster):
+    c = make_cluster()
+    c.add_node("n1", 1)
+    queued, done = c.submit(gpus=2), c.submit(gpus=1)
+    c.jobs.cancel("alice", done.id)
+    first = JobEstimate("profiling", 0, 0.0, 300.0, 1.0, "", T0)
+    c.scheduler.policy = StubPolicy(
+        Decision(estimates={queued.id: first, done.id: first, "j-missing": first})
+    )
+    events = len(c.store.events_after(0))
+    c.cycle()
+    assert queued.estimate == first
+    assert done.estimate is None  # ended: nothing more to predict
+    assert len(c.store.events_after(0)) == events
+    assert c.store.load().jobs[queued.id].estimate == first
+
+    second = JobEstimate("best-effort", 1000, 0.5, 500.0, 0.002, "cells 0/1/0/0", T0 + 5)
+    c.scheduler.policy = StubPolicy(Decision(estimates={queued.id: second}))
+    c.cycle()
+    assert queued.estimate == second
+    c.scheduler.policy = StubPolicy()
+    c.cycle()
+    assert queued.estimate == second  # a cycle without one keeps the last
+    assert c.store.load().jobs[queued.id].estimate == second
 
 
 def test_run_cycle_returns_the_decision_and_times_it(make_cluster):

@@ -10,6 +10,7 @@ import math
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -514,6 +515,38 @@ def test_agent_session_register_shows_the_node(api: Api) -> None:
         assert nodes[0].alive
         assert [g.index for g in nodes[0].gpus] == [0, 1]
         assert [e.node_id for e in api.events() if e.kind == "node_registered"] == ["node-a"]
+    finally:
+        outbox.close()
+        call.cancel()
+
+
+def test_relayed_progress_becomes_speed_samples_in_get_job(api: Api) -> None:
+    outbox = Outbox(register("node-a", gpu_indices=(0,)))
+    call = open_session(api, outbox)
+    try:
+        assert next(call).WhichOneof("message") == "registered"
+        job = api.submit()
+        launch = next(m.launch for m in call if m.WhichOneof("message") == "launch")
+        assert launch.task.job_id == job.id
+        running = agent_pb2.TaskStatus(task=launch.task, state=common_pb2.TASK_STATE_RUNNING)
+        outbox.put(agent_pb2.AgentSessionRequest(task_status=running))
+        for iteration, seconds, compute in [(1, 4.0, 4.0), (2, 0.5, 0.25), (3, 0.25, 0.125)]:
+            progress = common_pb2.Progress(
+                iteration=iteration, iteration_time_s=seconds, compute_time_s=compute
+            )
+            report = agent_pb2.ProgressReport(task=launch.task, progress=progress)
+            outbox.put(agent_pb2.AgentSessionRequest(progress=report))
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            got = api.call("GetJob", jobs_pb2.GetJobRequest(job_id=job.id)).job
+            if got.iteration == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        # The first report of the attempt (warm-up) is not a sample.
+        assert [
+            (x.gpus, x.nodes, x.iteration_time_s, x.compute_time_s, x.count)
+            for x in got.speed_samples
+        ] == [(1, 1, 0.375, 0.1875, 2)]
     finally:
         outbox.close()
         call.cancel()

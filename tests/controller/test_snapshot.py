@@ -5,7 +5,7 @@ from __future__ import annotations
 from controller import lifecycle
 from controller.placement import TaskPlacement
 from controller.snapshot import build_snapshot
-from mlsched.model import JobState, Progress, TaskState
+from mlsched.model import JobState, Progress, SpeedSample, TaskState
 
 T0 = 1_000.0
 
@@ -97,3 +97,19 @@ def test_suspended_job_is_queued_with_its_new_queue_time(cluster):
     assert view.state is JobState.SUSPENDED
     assert (view.queued_since, view.submit_time, view.suspensions) == (T0 + 20.0, T0, 1)
     assert view.placement == ()
+
+
+def test_views_carry_the_observations_for_the_estimator(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    measured, fresh = c.submit(gpus=1), c.submit(gpus=4)
+    measured.speed_samples = [SpeedSample(1, 1, 0.5, 0.25, 3), SpeedSample(2, 2, 0.375, 0.0, 1)]
+    measured.metric_history = [(10, 0.5), (20, 0.75)]
+    measured.sr_overheads_s = [4.0, 6.5, 3.0]
+    views = {v.id: v for v in snap(c).queued}
+    view = views[measured.id]
+    assert view.speed_samples == (SpeedSample(1, 1, 0.5, 0.25, 3), SpeedSample(2, 2, 0.375, 0.0, 1))
+    assert view.metric_history == ((10, 0.5), (20, 0.75))
+    assert view.sr_overhead_s == 4.5
+    blank = views[fresh.id]
+    assert (blank.speed_samples, blank.metric_history, blank.sr_overhead_s) == ((), (), None)

@@ -15,12 +15,14 @@ from mlsched.model import (
     IterationStop,
     Job,
     JobClass,
+    JobEstimate,
     JobSpec,
     JobState,
     MetricGoal,
     Node,
     NodeMetrics,
     ResumeRecord,
+    SpeedSample,
     TargetMetricStop,
     Task,
     TaskState,
@@ -85,6 +87,10 @@ def test_job_dict_has_every_field():
         lease_expires_at=None,
         message="reached its stopping criterion",
         resumes=[ResumeRecord(150.0, 200, ("n1",), 151.0, 200, ("n2",))],
+        speed_samples=[SpeedSample(2, 1, 0.25, 0.125, 10), SpeedSample(4, 1, 0.1875, 0.0, 3)],
+        metric_history=[(100, 0.5), (480, 0.91)],
+        sr_overheads_s=[3.0, 5.0],
+        estimate=JobEstimate("slo", 500, 0.1875, 3.75, 100.0, "cells 0/0/1/0", 455.0),
     )
     tasks = [
         Task("j-9", 0, 2, "n2", (0, 1), TaskState.COMPLETED, 0, "done"),
@@ -124,6 +130,27 @@ def test_job_dict_has_every_field():
                 "to_nodes": ["n2"],
             }
         ],
+        "estimate": {
+            "phase": "slo",
+            "iterations": 500,
+            "iteration_time_s": 0.1875,
+            "remaining_s": 3.75,
+            "reward": 100.0,
+            "allocation": "cells 0/0/1/0",
+            "time": 455.0,
+        },
+        "speed_samples": [
+            {
+                "gpus": 2,
+                "nodes": 1,
+                "iteration_time_s": 0.25,
+                "compute_time_s": 0.125,
+                "count": 10,
+            },
+            {"gpus": 4, "nodes": 1, "iteration_time_s": 0.1875, "compute_time_s": 0.0, "count": 3},
+        ],
+        "sr_overheads_s": [3.0, 5.0],
+        "sr_overhead_mean_s": 4.0,
         "tasks": [
             {
                 "rank": 0,
@@ -154,6 +181,8 @@ def test_job_dict_copies_mutable_fields():
     d["nodes"].append("x")
     assert job.metrics == {"loss": 1.0} and job.node_history == ["n1"]
     assert d["tasks"] == [] and d["resumptions"] == []
+    assert (d["estimate"], d["speed_samples"], d["sr_overheads_s"]) == (None, [], [])
+    assert d["sr_overhead_mean_s"] is None
 
 
 def test_node_dict():
@@ -332,6 +361,12 @@ def test_describe_lists_fields_resumptions_and_tasks():
     assert "state: RUNNING" in lines
     assert "attempts: 3" in lines
     assert not any(line.startswith(("tasks: [", "resumptions: [")) for line in lines)
+    assert not any(line.startswith(("speed_samples:", "sr_overhead")) for line in lines)
+    assert lines[lines.index("estimate: none") : lines.index("resumptions:")] == [
+        "estimate: none",
+        "speed samples:",
+        "suspend/resume overhead: not measured yet",
+    ]
     assert lines[lines.index("resumptions:") :] == [
         "resumptions:",
         "  suspended on n1 at checkpoint step 500; resumed on n2 from step 500",
@@ -340,3 +375,43 @@ def test_describe_lists_fields_resumptions_and_tasks():
         "  rank 0: RUNNING on n2 GPUs [0, 1] (attempt 3)",
         "  rank 1: FAILED on n2 GPUs [2] (attempt 3) exit 3 - boom",
     ]
+
+
+def test_describe_shows_the_estimate_speed_samples_and_overhead():
+    job = make_job(
+        state=JobState.RUNNING,
+        estimate=JobEstimate(
+            "best-effort", 2000, 0.0125, 1234.5, 0.002, "cells 0/1/0/0 (2 GPUs on 1 node)", 1500.0
+        ),
+        speed_samples=[SpeedSample(1, 1, 0.02, 0.02, 1), SpeedSample(2, 2, 0.0125, 0.0, 40)],
+        sr_overheads_s=[4.0, 5.0, 9.0],
+    )
+    lines = render.describe(job, []).split("\n")
+    assert lines[lines.index("estimate:") : lines.index("resumptions:")] == [
+        "estimate:",
+        "  phase: best-effort",
+        "  predicted iterations: 2000",
+        "  iteration time: 0.0125 s",
+        "  predicted remaining: 1234 s (20m 34s)",
+        "  reward: 0.002",
+        "  allocation: cells 0/1/0/0 (2 GPUs on 1 node)",
+        "  made at: 1500.0",
+        "speed samples:",
+        "  1 GPU on 1 node: 0.02 s/iteration, compute 0.02 s (1 report)",
+        "  2 GPUs on 2 nodes: 0.0125 s/iteration, compute unknown (40 reports)",
+        "suspend/resume overhead: 6 s (mean of 3)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("remaining", "shown"),
+    [
+        (12.25, "12.25 s"),
+        (60.0, "60 s (1m 00s)"),
+        (3725.4, "3725 s (1h 02m 05s)"),
+        (float("inf"), "unknown"),
+    ],
+)
+def test_describe_spells_out_long_durations(remaining, shown):
+    job = make_job(estimate=JobEstimate("profiling", 0, 0.0, remaining, 1.0))
+    assert f"  predicted remaining: {shown}" in render.describe(job, []).split("\n")

@@ -15,6 +15,7 @@ from mlsched.model import (
     IterationStop,
     Job,
     JobClass,
+    JobEstimate,
     JobSpec,
     JobState,
     MetricGoal,
@@ -22,6 +23,7 @@ from mlsched.model import (
     NodeMetrics,
     Progress,
     ResumeRecord,
+    SpeedSample,
     TargetMetricStop,
     Task,
     TaskMetrics,
@@ -235,6 +237,10 @@ def job_with_everything() -> Job:
             ResumeRecord(1200.0, 3000, ("n2",), 1301.0, 3000, ("n1", "n2")),
             ResumeRecord(1350.0, 4000, ("n1", "n2")),
         ],
+        speed_samples=[SpeedSample(1, 1, 0.25, 0.25, 12), SpeedSample(4, 2, 0.125, 0.0625, 30)],
+        metric_history=[(1000, 0.5), (4000, 0.75)],
+        sr_overheads_s=[8.5, 11.0],
+        estimate=JobEstimate("slo", 6000, 0.125, 250.5, 100.0, "cells 0/0/2/0", 1300.0),
     )
 
 
@@ -248,8 +254,14 @@ def tasks() -> list[Task]:
 def test_job_round_trip_keeps_what_the_wire_carries():
     job = job_with_everything()
     decoded, decoded_tasks = serde.job_from_proto(serde.job_to_proto(job, tasks()))
-    # Not on the wire: queue time (the client sees the submit time), port, attempt start.
-    assert decoded == replace(job, queued_since=1000.5, master_port=0, attempt_started_at=None)
+    # Not on the wire: queue time (the client sees the submit time), port, attempt start,
+    # the metric history (the estimator's input, up to 256 points).
+    assert decoded == replace(
+        job, queued_since=1000.5, master_port=0, attempt_started_at=None, metric_history=[]
+    )
+    assert decoded.estimate == job.estimate
+    assert decoded.speed_samples == job.speed_samples
+    assert decoded.sr_overheads_s == [8.5, 11.0]
     assert decoded.resumes[1].to_nodes == ("n1", "n2")
     # Tasks lose their per-attempt steps; an unknown exit code reads as 0.
     assert decoded_tasks == [
@@ -265,8 +277,13 @@ def test_job_unset_optional_fields_are_zero_on_the_wire_and_none_back():
         first_start_time=None,
         lease_expires_at=None,
         resumes=[ResumeRecord(1100.0, 50, ("n1",))],
+        speed_samples=[],
+        sr_overheads_s=[],
+        estimate=None,
     )
     msg = serde.job_to_proto(job, [])
+    assert not msg.HasField("estimate")
+    assert (list(msg.speed_samples), list(msg.sr_overheads_s)) == ([], [])
     assert (msg.first_start_time, msg.end_time, msg.lease_expires_at) == (0.0, 0.0, 0.0)
     assert (msg.resumptions[0].resumed_at, msg.resumptions[0].restored_step) == (0.0, -1)
     decoded, decoded_tasks = serde.job_from_proto(msg)
@@ -274,7 +291,23 @@ def test_job_unset_optional_fields_are_zero_on_the_wire_and_none_back():
     assert decoded.end_time is None
     assert decoded.lease_expires_at is None
     assert decoded.resumes == [ResumeRecord(1100.0, 50, ("n1",), None, None, ())]
+    assert (decoded.estimate, decoded.speed_samples, decoded.sr_overheads_s) == (None, [], [])
     assert decoded_tasks == []
+
+
+def test_estimate_and_speed_samples_on_the_wire():
+    msg = serde.job_to_proto(job_with_everything(), [])
+    e = msg.estimate
+    assert (e.phase, e.iterations, e.iteration_time_s, e.remaining_s) == ("slo", 6000, 0.125, 250.5)
+    assert (e.reward, e.allocation, e.time) == (100.0, "cells 0/0/2/0", 1300.0)
+    assert [
+        (x.gpus, x.nodes, x.iteration_time_s, x.compute_time_s, x.count) for x in msg.speed_samples
+    ] == [(1, 1, 0.25, 0.25, 12), (4, 2, 0.125, 0.0625, 30)]
+    assert list(msg.sr_overheads_s) == [8.5, 11.0]
+    estimate = JobEstimate("profiling", 0, 0.0, 300.0, 1.0)
+    assert serde.estimate_from_proto(serde.estimate_to_proto(estimate)) == estimate
+    sample = SpeedSample(2, 1, 0.5)
+    assert serde.speed_sample_from_proto(serde.speed_sample_to_proto(sample)) == sample
 
 
 def test_job_to_proto_fields():
@@ -366,9 +399,10 @@ def test_progress_from_proto():
         iteration_time_s=0.05,
         batch_size=256,
         time=7000.5,
+        compute_time_s=0.03125,
     )
     assert serde.progress_from_proto(msg) == Progress(
-        1200, 0.125, {"accuracy": 0.875, "top5": 0.99}, 0.05, 256, 7000.5
+        1200, 0.125, {"accuracy": 0.875, "top5": 0.99}, 0.05, 256, 7000.5, 0.03125
     )
 
 

@@ -7,6 +7,7 @@ import logging
 import pytest
 from nodeagent_testkit import FakeClock
 
+from nodeagent import convert
 from nodeagent.events import EventLoop, PeriodicEvent
 from nodeagent.model import ProgressInfo, StopCommand, SuspendCommand, TaskRef
 from nodeagent.progress import ProgressRelay
@@ -68,6 +69,24 @@ def test_progress_relay_rate_limits_per_task_latest_wins() -> None:
     relay.offer(a, ProgressInfo(iteration=4))
     relay.forget(a)  # a held report is sent before forgetting
     assert sent[-1] == (a, 4)
+
+
+def test_progress_conversion_keeps_the_compute_time() -> None:
+    info = ProgressInfo(
+        iteration=7,
+        loss=0.5,
+        metrics={"accuracy": 0.75},
+        iteration_time_s=0.25,
+        batch_size=32,
+        time=1_000.0,
+        compute_time_s=0.125,
+    )
+    message = convert.progress_to_pb(info)
+    assert (message.iteration_time_s, message.compute_time_s) == (0.25, 0.125)
+    assert convert.progress_from_pb(message) == info
+    request = convert.progress_request(TaskRef("j", 0, 2), info)
+    assert request.progress.progress.compute_time_s == 0.125
+    assert convert.progress_from_pb(type(message)(iteration=3)).compute_time_s == 0.0  # old shim
 
 
 def test_trainer_channel_queue_takeover_and_sticky_commands() -> None:

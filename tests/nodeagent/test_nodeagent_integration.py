@@ -231,7 +231,13 @@ def test_trainer_session_auth_progress_checkpoint_and_commands(
         requests: list[trainer_pb2.TrainerSessionRequest] = [
             trainer_pb2.TrainerSessionRequest(restored=trainer_pb2.Restored(step=0)),
             trainer_pb2.TrainerSessionRequest(
-                progress=common_pb2.Progress(iteration=5, loss=0.5, metrics={"acc": 0.25})
+                progress=common_pb2.Progress(
+                    iteration=5,
+                    loss=0.5,
+                    metrics={"acc": 0.25},
+                    iteration_time_s=0.5,
+                    compute_time_s=0.375,
+                )
             ),
             trainer_pb2.TrainerSessionRequest(
                 checkpoint_saved=trainer_pb2.CheckpointSaved(step=7, path="/ckpt/step-7.pt")
@@ -247,6 +253,10 @@ def test_trainer_session_auth_progress_checkpoint_and_commands(
         )
         progress = peer.wait_for("progress", lambda p: p.task.job_id == "j-tr")
         assert progress.progress.iteration == 5 and progress.progress.metrics["acc"] == 0.25
+        assert (progress.progress.iteration_time_s, progress.progress.compute_time_s) == (
+            0.5,
+            0.375,
+        )
         peer.wait_for(
             "task_status",
             lambda s: s.task.job_id == "j-tr" and s.checkpoint_step == 7 and s.state == 2,

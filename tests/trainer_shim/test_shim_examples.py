@@ -106,7 +106,12 @@ def test_mlp_suspended_and_resumed_matches_an_uninterrupted_local_run(
 
 
 def _ddp_attempt(
-    agent: FakeAgent, tmp_path: Path, attempt: int, resume: bool
+    agent: FakeAgent,
+    tmp_path: Path,
+    attempt: int,
+    resume: bool,
+    world_size: int = 2,
+    args: tuple[str, ...] = (),
 ) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
     port = free_port()
     envs = [
@@ -115,15 +120,17 @@ def _ddp_attempt(
             agent.addr,
             job_id="j-ddp",
             rank=rank,
-            world_size=2,
+            world_size=world_size,
             attempt=attempt,
             resume=resume,
             master_port=port,
             MLSCHED_MAX_ITERATIONS=str(DDP_ITERATIONS),
         )
-        for rank in (0, 1)
+        for rank in range(world_size)
     ]
-    processes = [start("ddp_classifier.py", DDP_ARGS, subprocess_env(env)) for env in envs]
+    processes = [
+        start("ddp_classifier.py", [*DDP_ARGS, *args], subprocess_env(env)) for env in envs
+    ]
     return envs, [finish(p) for p in processes]
 
 
@@ -152,3 +159,31 @@ def test_ddp_ranks_suspend_together_and_resume_to_completion(
         record = exit_record(env)
         assert (record["outcome"], record["step"]) == ("completed", DDP_ITERATIONS)
     assert summaries[0]["accuracy"] == summaries[1]["accuracy"] > 0.6
+
+
+def test_ddp_profiled_on_one_rank_resumes_on_two_and_reports_compute_time(
+    agent: FakeAgent, tmp_path: Path
+) -> None:
+    """A profiling run on fewer processes, then the full world size from its checkpoint: the
+    checkpoint is rank 0's whole model and optimizer state, whatever the world size."""
+    rank0 = "j-ddp/0/1"
+    agent.send_when(lambda a: a.max_iteration(rank0) >= 20, rank0, suspend_now("profiled"))
+    envs, summaries = _ddp_attempt(agent, tmp_path, attempt=1, resume=False, world_size=1)
+    record = exit_record(envs[0])
+    assert record["outcome"] == "suspended"
+    suspended_at = record["step"]
+    single = [p for p in agent.progress(rank0) if p.iteration > 1]
+    assert single and all(0 < p.compute_time_s == p.iteration_time_s for p in single)
+
+    envs, summaries = _ddp_attempt(
+        agent, tmp_path, attempt=2, resume=True, args=("--compute-probe-every", "10")
+    )
+    for rank, env in enumerate(envs):
+        restored = agent.requests(f"j-ddp/{rank}/2", "restored")
+        assert [r.request.restored.step for r in restored] == [suspended_at]
+        assert exit_record(env)["outcome"] == "completed"
+    assert summaries[0]["step"] == DDP_ITERATIONS
+    assert summaries[0]["accuracy"] == summaries[1]["accuracy"] > 0.6
+    # Probed from the second step of the attempt on: never more than the step itself.
+    probed = [p for p in agent.progress("j-ddp/0/2") if p.iteration > suspended_at + 1]
+    assert probed and all(0 < p.compute_time_s <= p.iteration_time_s for p in probed)

@@ -22,7 +22,7 @@ def test_restored_progress_and_checkpoint_notices_carry_the_task_metadata(
     model = nn.Linear(2, 2)
     with trainer_shim.init(environ=environ) as job:
         assert job.restore(model) == 0
-        job.report(1, loss=0.5, iteration_time=0.01, batch_size=16)
+        job.report(1, loss=0.5, iteration_time=0.01, batch_size=16, compute_time=0.0075)
         assert agent.wait_for(lambda a: a.max_iteration(TASK) == 1)
         job.report(2, loss=0.25, metrics={"accuracy": 0.75}, batch_size=16)
         path = job.save_checkpoint(2, model)
@@ -37,7 +37,9 @@ def test_restored_progress_and_checkpoint_notices_carry_the_task_metadata(
     assert agent.sessions[0]["mlsched-task-id"] == TASK
     first, last = agent.progress(TASK)[0], agent.progress(TASK)[-1]
     assert (first.iteration, first.loss, first.batch_size) == (1, 0.5, 16)
+    assert (first.iteration_time_s, first.compute_time_s) == (0.01, 0.0075)
     assert (last.iteration, last.loss, dict(last.metrics)) == (2, 0.25, {"accuracy": 0.75})
+    assert (last.iteration_time_s, last.compute_time_s) == (0.0, 0.0)  # not measured: unset
     assert last.time > 0
     record = json.loads(Path(environ["MLSCHED_EXIT_FILE"]).read_text())
     assert record == {"outcome": "completed", "step": 2, "checkpoint_step": 2, "reason": ""}

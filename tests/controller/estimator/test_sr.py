@@ -1,6 +1,6 @@
 """Eq. 3 against brute-force enumeration of which lease terms a job runs in."""
 
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import pytest
 
@@ -15,7 +15,7 @@ def brute_force_suspensions(n: int, m: int) -> float:
     """Mean number of gaps between runs of consecutive terms over all n-of-m term sets."""
     total = count = 0
     for terms in combinations(range(m), n):
-        runs = 1 + sum(1 for a, b in zip(terms, terms[1:]) if b != a + 1)
+        runs = 1 + sum(1 for a, b in pairwise(terms) if b != a + 1)
         total += runs - 1
         count += 1
     return total / count

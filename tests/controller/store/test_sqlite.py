@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import replace
 
@@ -16,12 +17,14 @@ from mlsched.model import (
     IterationStop,
     Job,
     JobClass,
+    JobEstimate,
     JobSpec,
     JobState,
     MetricGoal,
     Node,
     NodeMetrics,
     ResumeRecord,
+    SpeedSample,
     TargetMetricStop,
     Task,
     TaskState,
@@ -72,6 +75,10 @@ def full_job(job_id: str = "j-full", submit_time: float = 1000.25) -> Job:
             ResumeRecord(1400.0, 800, ("n1", "n2"), 1501.0, 800, ("n3",)),
             ResumeRecord(1550.0, 1200, ("n3",)),
         ],
+        speed_samples=[SpeedSample(2, 1, 0.125, 0.0625, 40), SpeedSample(4, 2, 0.09375, 0.0, 7)],
+        metric_history=[(100, 0.25), (200, 0.5), (1200, 0.8125)],
+        sr_overheads_s=[12.5, 9.25],
+        estimate=JobEstimate("slo", 5000, 0.09375, 352.5, 100.0, "cells 0/0/2/0", 1501.5),
     )
 
 
@@ -124,6 +131,39 @@ def test_job_round_trip_with_every_field(store):
     assert loaded["j-full"] is not job
     assert isinstance(loaded["j-full"].resumes[0].from_nodes, tuple)
     assert isinstance(loaded["j-full"].spec.command, tuple)
+
+
+def test_job_observations_and_estimate_round_trip_with_their_types(store):
+    store.save_job(full_job())
+    loaded = store.load().jobs["j-full"]
+    assert loaded.speed_samples == full_job().speed_samples
+    assert all(isinstance(x, SpeedSample) for x in loaded.speed_samples)
+    assert loaded.metric_history == [(100, 0.25), (200, 0.5), (1200, 0.8125)]
+    assert all(isinstance(p, tuple) for p in loaded.metric_history)
+    assert loaded.sr_overheads_s == [12.5, 9.25]
+    assert loaded.estimate == full_job().estimate
+
+
+def test_rows_written_before_the_observation_fields_existed_still_load(tmp_path):
+    path = tmp_path / "old.db"
+    job = replace(full_job(), speed_samples=[], metric_history=[], sr_overheads_s=[])
+    job.estimate = None
+    store = SqliteStore(path)
+    store.save_job(job)
+    store.close()
+    conn = sqlite3.connect(path)
+    [(data,)] = conn.execute("SELECT data FROM jobs").fetchall()
+    old = json.loads(data)
+    for key in ("speed_samples", "metric_history", "sr_overheads_s", "estimate"):
+        del old[key]  # as an older controller wrote it
+    conn.execute("UPDATE jobs SET data = ?", (json.dumps(old),))
+    conn.commit()
+    conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store.load().jobs["j-full"] == job
+    finally:
+        store.close()
 
 
 def test_job_round_trip_of_a_terminal_job_with_iteration_stop(store):

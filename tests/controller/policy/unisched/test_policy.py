@@ -44,7 +44,7 @@ def job(name, job_class=JobClass.STRICT_SLO, deadline=1900.0, gpus=6, samples=PR
 
 
 def launched(decision):
-    return {l.job_id: l for l in decision.launch}
+    return {launch.job_id: launch for launch in decision.launch}
 
 
 def test_four_6gpu_slo_jobs_on_three_nodes_all_start_where_roundup_starts_three():
@@ -54,10 +54,17 @@ def test_four_6gpu_slo_jobs_on_three_nodes_all_start_where_roundup_starts_three(
     assert set(launched(joint)) == {"j0", "j1", "j2", "j3"}
     assert len(launched(roundup)) == 3  # Chronus' strict consolidation: one 8-GPU cell each
     for decision in (joint, roundup):
-        gpus = [(p.node_id, g) for l in decision.launch for p in l.placement for g in p.gpu_indices]
+        gpus = [
+            (p.node_id, g)
+            for launch in decision.launch
+            for p in launch.placement
+            for g in p.gpu_indices
+        ]
         assert len(gpus) == len(set(gpus))
-        assert all(sum(len(p.gpu_indices) for p in l.placement) == 6 for l in decision.launch)
-        assert all(l.lease_s == 600.0 for l in decision.launch)  # SLO lease = 2 BE leases
+        assert all(
+            sum(len(p.gpu_indices) for p in launch.placement) == 6 for launch in decision.launch
+        )
+        assert all(launch.lease_s == 600.0 for launch in decision.launch)  # SLO lease = 2 BE leases
     # every started job is predicted to finish by its deadline: 3 terms of 600 s <= 1900 s
     for estimate in joint.estimates.values():
         assert estimate.remaining_s <= 1900.0
