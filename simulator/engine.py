@@ -7,9 +7,15 @@ a grid of ``lease_s``, as UniSched schedules at lease boundaries) and, like the 
 controller's triggered cycles, at most every ``cycle_s`` after a job arrives or ends.
 
 Job progress is measured in *work seconds*: seconds of training at the requested GPU count on
-one node. A running job makes ``speed`` work seconds per second (the job model's placement
-factor); suspension keeps all progress (the trainer checkpoints at the lease boundary) and costs
-``suspend_s`` of held GPUs, resumption costs ``resume_s`` before progress restarts.
+one node. A running job makes ``speed`` work seconds per second (the job model's factor for the
+GPUs it holds, which may be fewer than it requested, and the nodes they span); suspension keeps
+all progress (the trainer checkpoints at the lease boundary) and costs ``suspend_s`` of held
+GPUs, resumption costs ``resume_s`` before progress restarts.
+
+Policies see what a live controller would have measured by then: the iteration time of every
+allocation shape a job has trained on, the mean suspend + resume overhead of its past
+resumptions and, for performance-based jobs, the accuracy history of the points of a fixed
+iteration grid already passed (see ``docs/simulator.md``, *Observations*).
 Deterministic: no randomness, ties broken by insertion order.
 """
 
@@ -24,7 +30,14 @@ from types import MappingProxyType
 
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, JobView, NodeView, Policy
-from mlsched.model import IterationStop, JobSpec, JobState
+from mlsched.model import (
+    IterationStop,
+    JobSpec,
+    JobState,
+    MetricGoal,
+    SpeedSample,
+    TargetMetricStop,
+)
 from simulator.types import JobModel, JobRecord, SimResult, TraceJob
 
 _ARRIVE, _RELEASE, _FINISH = 0, 1, 2
@@ -55,15 +68,9 @@ class SimConfig:
 
 _NO_METRICS: Mapping[str, float] = MappingProxyType({})
 _VIEW_FIELDS = frozenset(f.name for f in fields(JobView))
-
-
-def _job_view(values: dict[str, object]) -> JobView:
-    """A JobView from every one of its fields, without running ``__init__``: the frozen
-    dataclass's field-by-field ``object.__setattr__`` dominated simulation time (the result is
-    equal to ``JobView(**values)``; a test checks it)."""
-    view = object.__new__(JobView)
-    view.__dict__.update(values)
-    return view
+_RUNNING = JobState.RUNNING
+HISTORY_POINTS = 20  # metric-history grid of a performance-based job: every 5 % of its budget
+_ITERATION_EPS = 1e-6  # absorbs rounding when progress is converted to whole iterations
 
 
 class InvariantViolation(AssertionError):
@@ -71,64 +78,122 @@ class InvariantViolation(AssertionError):
 
 
 class _Job:
-    """Mutable simulation state of one job."""
+    """Mutable simulation state of one job.
+
+    ``fields`` holds every JobView field as of the last event (launch, renewal, suspension,
+    release, new observation); a view copies it and fills in the few fields that move with the
+    clock while the job holds GPUs.
+    """
 
     __slots__ = (
         "attempt",
         "attempt_start",
+        "fields",
         "gpus",
-        "lease_expires",
+        "grid",
+        "history",
+        "iteration_scale",
+        "next_point",
+        "passed",
         "placement",
         "progress_from",
-        "queued_since",
         "record",
         "remaining",
+        "samples",
+        "shape",
         "spec",
         "speed",
+        "sr_count",
+        "sr_pending",
+        "sr_total",
         "state",
-        "static_view",
         "trace",
+        "unobserved",
         "version",
         "work",
     )
 
-    def __init__(self, trace: TraceJob, work: float) -> None:
+    def __init__(self, trace: TraceJob, work: float, target: float | None) -> None:
         self.trace = trace
-        self.spec = JobSpec(
+        budget = max(1, trace.iterations)
+        stopping: IterationStop | TargetMetricStop = IterationStop(budget)
+        # Progress in iterations is measured against the whole iteration budget: the job's work
+        # for an iteration-based job, its full trace duration for a performance-based one (its
+        # work ends where the learning curve reaches the target, before the budget).
+        full = work
+        if trace.performance_based:
+            full = max(work, trace.duration_s)
+            if target is not None:
+                stopping = TargetMetricStop("accuracy", target, MetricGoal.MAXIMIZE, budget)
+        self.iteration_scale = budget / full if full > 0 else 0.0
+        # (work seconds, iteration) of each point of the accuracy history, in order
+        self.grid: tuple[tuple[float, int], ...] = ()
+        if isinstance(stopping, TargetMetricStop):
+            points, last = [], 0
+            for k in range(1, HISTORY_POINTS + 1):
+                iteration = round(k * budget / HISTORY_POINTS)
+                if iteration > last:
+                    points.append((iteration / budget * full, iteration))
+                    last = iteration
+            self.grid = tuple(points)
+        self.passed = 0  # grid points passed
+        self.history: list[tuple[int, float]] = []
+        self.next_point = self.grid[0][0] if self.grid else math.inf
+        self.spec = spec = JobSpec(
             name=trace.id,
             command=("simulated",),
             gpus=trace.gpus,
-            stopping=IterationStop(max(1, trace.iterations)),
+            stopping=stopping,
             job_class=trace.job_class,
             deadlines=trace.deadlines,
         )
         self.record = JobRecord(job=trace)
-        self.gpus = trace.gpus
-        self.static_view: dict[str, object] = {
+        self.fields: dict[str, object] = {
             "id": trace.id,
             "user": trace.user,
-            "spec": self.spec,
+            "spec": spec,
+            "state": JobState.PENDING,
             "submit_time": trace.submit_s,
+            "queued_since": trace.submit_s,
+            "attempt": 0,
+            "suspensions": 0,
             "iteration": 0,
             "metrics": _NO_METRICS,
+            "lease_expires_at": None,
+            "placement": (),
+            "running_since": None,
+            "attained_gpu_s": 0.0,
+            "estimated_remaining_s": work,
             "model": trace.model,
+            "speed_samples": (),
+            "metric_history": (),
+            "sr_overhead_s": None,
         }
         self.state = JobState.PENDING
         self.work = work
         self.remaining = work
+        self.gpus = trace.gpus  # GPUs held in the current (or last) attempt
+        self.shape = (trace.gpus, 1)  # (GPUs, nodes) of the current (or last) attempt
         self.placement: tuple[TaskPlacement, ...] = ()
         self.speed = 1.0
         self.progress_from = 0.0  # when progress (re)starts after the resume overhead
         self.attempt_start = 0.0
-        self.lease_expires = 0.0
-        self.queued_since = trace.submit_s
         self.version = 0
         self.attempt = 0
+        self.unobserved = False  # the current attempt has not yet been sampled
+        self.samples: dict[tuple[int, int], SpeedSample] = {}
+        self.sr_pending = 0.0  # suspend overhead of the suspension awaiting its resumption
+        self.sr_total = 0.0
+        self.sr_count = 0
 
     def remaining_at(self, now: float) -> float:
-        if self.state is not JobState.RUNNING or now <= self.progress_from:
+        if self.state is not _RUNNING or now <= self.progress_from:
             return self.remaining
         return max(0.0, self.remaining - (now - self.progress_from) * self.speed)
+
+    def iteration_at(self, remaining: float) -> int:
+        """Whole iterations done when ``remaining`` work seconds are left."""
+        return int((self.work - remaining) * self.iteration_scale + _ITERATION_EPS)
 
 
 class Simulation:
@@ -148,7 +213,8 @@ class Simulation:
         self._model = model
         self._config = config
         self._progress = progress
-        self._jobs = [_Job(t, model.work_s(t)) for t in sorted(jobs, key=lambda j: j.submit_s)]
+        ordered = sorted(jobs, key=lambda j: j.submit_s)
+        self._jobs = [_Job(t, model.work_s(t), self._target(t)) for t in ordered]
         self._free = {f"n{i:03d}": set(range(shape.gpus_per_node)) for i in range(shape.nodes)}
         self._all_gpus = tuple(range(shape.gpus_per_node))
         self._node_views: dict[str, NodeView] = {}
@@ -170,6 +236,11 @@ class Simulation:
             total_gpus=shape.total_gpus,
             records=[j.record for j in self._jobs],
         )
+
+    def _target(self, trace: TraceJob) -> float | None:
+        """The accuracy a performance-based job stops at (the model's metric at the end of its
+        work), None for other jobs or when the model has no metric."""
+        return self._model.metric_at(trace, 1.0) if trace.performance_based else None
 
     # --- the event loop ----------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -264,8 +335,8 @@ class Simulation:
             now=now,
             nodes=nodes,
             queued=tuple(self._queued_views.values()),
-            active=tuple(self._view(j) for j in self._active.values()),
-            busy=tuple(self._view(j) for j in self._releasing.values()),
+            active=tuple(map(self._view, self._active.values())),
+            busy=tuple(map(self._view, self._releasing.values())),
             default_lease_s=self._config.lease_s,
         )
 
@@ -274,28 +345,65 @@ class Simulation:
         self._queued_views[job.trace.id] = self._view(job)
 
     def _view(self, job: _Job) -> JobView:
+        """The job as a policy sees it now. Observations made since the last view (a first
+        sample of the current shape, passed history points) are recorded on the way."""
+        # Built without running ``__init__``: the frozen dataclass's field-by-field
+        # ``object.__setattr__`` dominated simulation time. The result equals
+        # ``JobView(**view.__dict__)`` (a test checks it).
+        view = object.__new__(JobView)
+        values = view.__dict__
+        if not job.placement:
+            values.update(job.fields)  # nothing moves while queued
+            return view
         now = self._now
-        values = job.static_view.copy()  # the fields that never change
-        values["state"] = state = job.state
-        values["queued_since"] = job.queued_since
-        values["attempt"] = job.attempt
-        values["suspensions"] = job.record.suspensions
-        values["placement"] = job.placement
-        if job.placement:
-            running = state is JobState.RUNNING
-            remaining = job.remaining
-            if running and now > job.progress_from:
-                remaining = max(0.0, remaining - (now - job.progress_from) * job.speed)
-            values["lease_expires_at"] = job.lease_expires if running else None
-            values["running_since"] = job.attempt_start
-            values["attained_gpu_s"] = job.record.gpu_s + (now - job.attempt_start) * job.gpus
-            values["estimated_remaining_s"] = remaining / max(job.speed, _EPS)
+        if job.state is _RUNNING and now > job.progress_from:
+            if job.unobserved:
+                self._observe(job)
+            remaining = job.remaining - (now - job.progress_from) * job.speed
+            if remaining < 0.0:
+                remaining = 0.0
+            done = job.work - remaining
+            if done >= job.next_point:
+                self._pass_points(job, done)
+            values.update(job.fields)
+            values["iteration"] = int(done * job.iteration_scale + _ITERATION_EPS)
         else:
-            values["lease_expires_at"] = None
-            values["running_since"] = None
-            values["attained_gpu_s"] = job.record.gpu_s
-            values["estimated_remaining_s"] = job.remaining
-        return _job_view(values)
+            values.update(job.fields)
+            remaining = job.remaining
+        values["attained_gpu_s"] = job.record.gpu_s + (now - job.attempt_start) * job.gpus
+        values["estimated_remaining_s"] = remaining / job.speed
+        return view
+
+    def _observe(self, job: _Job) -> None:
+        """Record that the current attempt trained on its shape: one more attempt of a known
+        shape, or a new sample with the iteration time the trainer would have measured."""
+        job.unobserved = False
+        gpus, nodes = shape = job.shape
+        known = job.samples.get(shape)
+        if known is None:
+            t_iter, t_comp = self._model.iteration_time(job.trace, gpus, nodes)
+            job.samples[shape] = SpeedSample(gpus, nodes, t_iter, t_comp, 1)
+        else:
+            job.samples[shape] = SpeedSample(
+                gpus, nodes, known.iteration_time_s, known.compute_time_s, known.count + 1
+            )
+        job.fields["speed_samples"] = tuple(job.samples.values())
+
+    def _pass_points(self, job: _Job, done: float) -> None:
+        """Add the history points at or before ``done`` work seconds (accuracy from the model
+        at that fraction of the job's work)."""
+        grid, passed, history = job.grid, job.passed, job.history
+        while passed < len(grid) and grid[passed][0] <= done:
+            at, iteration = grid[passed]
+            value = self._model.metric_at(job.trace, at / job.work if job.work > 0 else 1.0)
+            if value is not None:
+                history.append((iteration, value))
+            passed += 1
+        job.passed = passed
+        job.next_point = grid[passed][0] if passed < len(grid) else math.inf
+        if history:
+            job.fields["metric_history"] = tuple(history)
+            job.fields["metrics"] = MappingProxyType({"accuracy": history[-1][1]})
 
     def _apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
         handled: set[str] = set()
@@ -307,7 +415,7 @@ class Simulation:
         for item in decision.renew:
             job = self._active.get(item.job_id)
             if job is not None and item.job_id not in handled:
-                job.lease_expires = self._now + item.lease_s
+                job.fields["lease_expires_at"] = self._now + item.lease_s
                 handled.add(item.job_id)
         for view in snapshot.expired():
             job = self._active.get(view.id)
@@ -315,30 +423,41 @@ class Simulation:
                 self._suspend(job)  # a lease neither renewed nor suspended expires
         for item in decision.launch:
             job = self._queued.get(item.job_id)
-            if job is not None and self._fits(item.placement, job):
-                self._launch(job, item.placement, item.lease_s)
+            gpus = 0 if job is None else self._fits(item.placement, job)
+            if job is not None and gpus:
+                self._launch(job, item.placement, item.lease_s, gpus)
+            else:
+                self._result.refused_launches += 1
 
-    def _fits(self, placement: tuple[TaskPlacement, ...], job: _Job) -> bool:
-        if sum(len(p.gpu_indices) for p in placement) != job.trace.gpus:
-            return False
+    def _fits(self, placement: tuple[TaskPlacement, ...], job: _Job) -> int:
+        """The GPU count of ``placement`` if the job may launch on it, else 0: between one
+        process and the requested count, whole processes per task, every GPU free and named
+        once."""
+        per_process = job.spec.gpus_per_process
+        count = 0
         taken: set[tuple[str, int]] = set()
         for p in placement:
             free = self._free.get(p.node_id)
+            if free is None or not p.gpu_indices or len(p.gpu_indices) % per_process:
+                return 0
             for gpu in p.gpu_indices:
-                if free is None or gpu not in free or (p.node_id, gpu) in taken:
-                    return False
+                if gpu not in free or (p.node_id, gpu) in taken:
+                    return 0
                 taken.add((p.node_id, gpu))
-        return True
+            count += len(p.gpu_indices)
+        return count if count <= job.trace.gpus else 0
 
     # --- job transitions ---------------------------------------------------------------------
-    def _launch(self, job: _Job, placement: tuple[TaskPlacement, ...], lease_s: float) -> None:
+    def _launch(
+        self, job: _Job, placement: tuple[TaskPlacement, ...], lease_s: float, gpus: int
+    ) -> None:
         now = self._now
         if now < job.trace.submit_s - _EPS:
             raise InvariantViolation(f"{job.trace.id} runs before its submission")
         for p in placement:
             self._free[p.node_id].difference_update(p.gpu_indices)
             self._dirty_nodes.add(p.node_id)
-        self._set_busy(self._busy + job.trace.gpus)
+        self._set_busy(self._busy + gpus)
         del self._queued[job.trace.id]
         del self._queued_views[job.trace.id]
         self._active[job.trace.id] = job
@@ -346,56 +465,89 @@ class Simulation:
         job.record.nodes_used = max(job.record.nodes_used, nodes)
         if job.record.first_start_s is None:
             job.record.first_start_s = now
-        overhead = self._model.resume_s(job.trace, job.trace.gpus) if job.attempt else 0.0
+        fields = job.fields
+        overhead = 0.0
+        if job.attempt:  # a resumption: its suspend + resume overhead is now known
+            overhead = self._model.resume_s(job.trace, gpus)
+            job.sr_total += job.sr_pending + overhead
+            job.sr_count += 1
+            fields["sr_overhead_s"] = job.sr_total / job.sr_count
         job.attempt += 1
         job.version += 1
         job.state = JobState.RUNNING
         job.placement = placement
-        job.speed = self._model.speed(job.trace, job.trace.gpus, nodes)
+        job.gpus = gpus
+        job.shape = (gpus, nodes)
+        job.unobserved = True
+        job.speed = max(self._model.speed(job.trace, gpus, nodes), _EPS)
         job.attempt_start = now
         job.progress_from = now + overhead
-        job.lease_expires = now + lease_s
-        finish = job.progress_from + job.remaining / max(job.speed, _EPS)
+        fields["state"] = JobState.RUNNING
+        fields["attempt"] = job.attempt
+        fields["placement"] = placement
+        fields["running_since"] = now
+        fields["lease_expires_at"] = now + lease_s
+        finish = job.progress_from + job.remaining / job.speed
         self._push(finish, _FINISH, self._index(job), job.version)
 
     def _suspend(self, job: _Job) -> None:
         now = self._now
-        job.remaining = job.remaining_at(now)
+        if job.unobserved and now > job.progress_from:
+            self._observe(job)
+        job.remaining = remaining = job.remaining_at(now)
+        done = job.work - remaining
+        if done >= job.next_point:
+            self._pass_points(job, done)
         job.record.suspensions += 1
         job.version += 1
         job.state = JobState.SUSPENDING
+        fields = job.fields
+        fields["state"] = JobState.SUSPENDING
+        fields["suspensions"] = job.record.suspensions
+        fields["lease_expires_at"] = None
+        fields["iteration"] = job.iteration_at(remaining)
         del self._active[job.trace.id]
         self._releasing[job.trace.id] = job
-        release = now + self._model.suspend_s(job.trace, job.trace.gpus)
-        self._push(release, _RELEASE, self._index(job), job.version)
+        job.sr_pending = self._model.suspend_s(job.trace, job.gpus)
+        self._push(now + job.sr_pending, _RELEASE, self._index(job), job.version)
 
     def _released(self, job: _Job) -> None:
         self._free_gpus(job)
         del self._releasing[job.trace.id]
         job.state = JobState.SUSPENDED
-        job.queued_since = self._now
+        fields = job.fields
+        fields["state"] = JobState.SUSPENDED
+        fields["queued_since"] = self._now
+        fields["placement"] = ()
+        fields["running_since"] = None
+        fields["attained_gpu_s"] = job.record.gpu_s
+        fields["estimated_remaining_s"] = job.remaining
         self._enqueue(job)
 
     def _complete(self, job: _Job) -> None:
-        if self._config.check_invariants and job.remaining_at(self._now) > 1e-3 * max(1, job.work):
+        now = self._now
+        if self._config.check_invariants and job.remaining_at(now) > 1e-3 * max(1, job.work):
             raise InvariantViolation(f"{job.trace.id} finished with work left")
+        if job.unobserved and now > job.progress_from:
+            self._observe(job)
         job.remaining = 0.0
         self._free_gpus(job)
         del self._active[job.trace.id]
         job.state = JobState.COMPLETED
-        job.record.end_s = self._now
+        job.fields["state"] = JobState.COMPLETED
+        job.record.end_s = now
         job.record.final_metric = self._model.metric_at(job.trace, 1.0)
         self._done += 1
         if self._progress is not None:
             self._progress(self._done, len(self._jobs))
 
     def _free_gpus(self, job: _Job) -> None:
-        job.record.gpu_s += (self._now - job.attempt_start) * job.trace.gpus
+        job.record.gpu_s += (self._now - job.attempt_start) * job.gpus
         for p in job.placement:
             self._free[p.node_id].update(p.gpu_indices)
             self._dirty_nodes.add(p.node_id)
         job.placement = ()
-        self._set_busy(self._busy - job.trace.gpus)
+        self._set_busy(self._busy - job.gpus)
 
     def _set_busy(self, busy: int) -> None:
         if not 0 <= busy <= self._shape.total_gpus:
@@ -413,6 +565,9 @@ class Simulation:
     def _check_gpus(self) -> None:
         held: set[tuple[str, int]] = set()
         for job in (*self._active.values(), *self._releasing.values()):
+            count = sum(len(p.gpu_indices) for p in job.placement)
+            if not 1 <= count == job.gpus <= job.trace.gpus:
+                raise InvariantViolation(f"{job.trace.id} holds {count} GPUs, counted {job.gpus}")
             for p in job.placement:
                 for gpu in p.gpu_indices:
                     key = (p.node_id, gpu)

@@ -202,14 +202,20 @@ def cluster_metrics(result: SimResult) -> dict:
 
 
 def run_metrics(result: SimResult) -> dict:
-    """Wall-clock time of the run and the policy's time per decision cycle."""
+    """Wall-clock time of the run, the policy's time per decision cycle (``p50``, ``p95``,
+    ``max`` and the number of ``cycles``) and the number of launches the engine refused."""
     times = result.decision_times_s
-    decisions = (
+    decisions: Stats = (
         {"p50": percentile(times, 50), "p95": percentile(times, 95), "max": float(max(times))}
         if times
         else {"p50": None, "p95": None, "max": None}
     )
-    return {"wall_s": result.wall_s, "decision_time_s": decisions}
+    decisions["cycles"] = len(times)
+    return {
+        "wall_s": result.wall_s,
+        "decision_time_s": decisions,
+        "refused_launches": result.refused_launches,
+    }
 
 
 SECTIONS: tuple[Callable[[SimResult], dict], ...] = (

@@ -81,6 +81,8 @@ ROWS: list[tuple[str, tuple[str, ...], Format]] = [
     ("Decision p50 (ms)", ("decision_time_s", "p50"), MILLIS),
     ("Decision p95 (ms)", ("decision_time_s", "p95"), MILLIS),
     ("Decision max (ms)", ("decision_time_s", "max"), MILLIS),
+    ("Decision cycles", ("decision_time_s", "cycles"), COUNT),
+    ("Refused launches", ("refused_launches",), COUNT),
 ]
 
 

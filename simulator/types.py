@@ -88,3 +88,4 @@ class SimResult:
     decision_times_s: list[float] = field(default_factory=list)  # policy time per cycle
     makespan_s: float = 0.0
     wall_s: float = 0.0
+    refused_launches: int = 0  # launches ignored: job not queued, or placement not allowed

@@ -28,8 +28,12 @@ FAST = ClusterTiming(
 def make_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
     clusters: list[LocalCluster] = []
 
-    def make(timing: ClusterTiming = FAST, nodes: dict[str, int] | None = None) -> LocalCluster:
-        cluster = LocalCluster(tmp_path / f"cluster{len(clusters)}", timing)
+    def make(
+        timing: ClusterTiming = FAST,
+        nodes: dict[str, int] | None = None,
+        policy: str = "fifo-lease",
+    ) -> LocalCluster:
+        cluster = LocalCluster(tmp_path / f"cluster{len(clusters)}", timing, policy)
         clusters.append(cluster)
         cluster.start_controller()
         nodes = {"node-a": 1, "node-b": 1} if nodes is None else nodes

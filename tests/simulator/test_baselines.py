@@ -39,6 +39,9 @@ class FlatModel:
     def work_s(self, job: TraceJob) -> float:
         return job.duration_s
 
+    def iteration_time(self, job: TraceJob, gpus: int, nodes: int) -> tuple[float, float]:
+        return (1.0, 1.0)
+
     def speed(self, job: TraceJob, gpus: int, nodes: int) -> float:
         return 1.0 if nodes == 1 else self.spread_speed
 

@@ -179,7 +179,15 @@ def test_preemptions_completion_and_run_metrics():
         "p50": pytest.approx(0.25),
         "p95": pytest.approx(0.385),
         "max": pytest.approx(0.4),
+        "cycles": 4,
     }
+    assert metrics["refused_launches"] == 0
+
+
+def test_refused_launches_are_reported():
+    result = sample_result()
+    result.refused_launches = 3
+    assert compute_metrics(result)["refused_launches"] == 3
 
 
 def test_an_empty_result_gives_nulls_not_errors():
@@ -187,7 +195,7 @@ def test_an_empty_result_gives_nulls_not_errors():
     assert metrics["r_slo"] is None
     assert metrics["gpu_utilization"] is None
     assert metrics["preemptions_per_job"] is None
-    assert metrics["decision_time_s"] == {"p50": None, "p95": None, "max": None}
+    assert metrics["decision_time_s"] == {"p50": None, "p95": None, "max": None, "cycles": 0}
     assert (metrics["jobs_completed"], metrics["jobs_total"]) == (0, 0)
 
 

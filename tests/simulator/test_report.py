@@ -83,6 +83,8 @@ def test_table_values_and_units(results):
     assert rows["JCT avg soft (min)"] == ["-", "-"]
     assert rows["Jobs completed"] == ["2", "3"]
     assert rows["Decision max (ms)"] == ["2.0", "2.0"]
+    assert rows["Decision cycles"] == ["2", "2"]
+    assert rows["Refused launches"] == ["0", "0"]
 
 
 def test_table_shows_a_dash_for_missing_metrics():

@@ -109,7 +109,7 @@ class UniSchedPolicy:
                         fixed.append(job)
                 continue
             _give_back(pool, view.placement)
-            if held < view.gpus:  # a finished profiling run: resume at full size later
+            if held < view.gpus and view.speed_samples:  # profiled: resume at full size later
                 suspend.append(Suspend(view.id, "profiling done"))
                 continue
             candidates.append(self._candidate(view, snapshot.now, be, slo, levels, keep=True))
@@ -247,9 +247,9 @@ class UniSchedPolicy:
         if keep:
             nodes = len({p.node_id for p in view.placement})
             cells = _held_cells(view.placement, levels)
-            choices = [_Choice(cells, nodes, view.gpus, keep=True)]
-            if phase == "profiling":  # a small job profiled at full size keeps running
-                phase = "best-effort" if view.job_class is JobClass.BEST_EFFORT else "slo"
+            held = sum(len(p.gpu_indices) for p in view.placement)
+            # A job still without a speed sample (slow to start) goes on profiling.
+            choices = [_Choice(cells, nodes, held, keep=True)]
         else:
             choices = self._choices(view, phase, levels)
         if phase == "profiling":
