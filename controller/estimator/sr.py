@@ -26,9 +26,22 @@ def expected_suspensions_slo(n: int, m: int) -> float:
     )
 
 
+def expected_suspensions_closed_form(n: int, m: int) -> float:
+    """Eq. 3's sum in closed form: by linearity of expectation a random n-of-m subset has
+    ``n (m - n + 1) / m`` runs (term 1 chosen, or term i chosen and i - 1 not), so
+    ``n (m - n + 1) / m - 1`` suspensions. O(1) instead of O(min(n, m - n)) big binomials."""
+    if n < 0 or m < 0:
+        raise ValueError(f"lease counts must be non-negative, got n={n}, m={m}")
+    if n == 0:
+        return 0.0
+    if n > m:
+        raise ValueError(f"a job cannot run {n} lease terms within {m}")
+    return n * (m - n + 1) / m - 1
+
+
 def sr_overhead_slo(n: int, m: int, t_sr: float) -> float:
     """T_sr of an SLO job (Eq. 3): ``t_sr`` times the expected suspension count."""
-    return t_sr * expected_suspensions_slo(n, m)
+    return t_sr * expected_suspensions_closed_form(n, m)
 
 
 def sr_overhead_best_effort(n: int, t_sr: float) -> float:

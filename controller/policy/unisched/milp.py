@@ -4,7 +4,9 @@ Time is counted in SLO lease terms ``k = 0 .. horizon-1`` from now (term 0 is th
 now). Variables, per the paper:
 
 * ``s[f, i]``: job i finishes by its deadline f (Eq. 5, 6: at most one f per job);
-* ``x[k, i]``: job i holds GPUs in term k (``x[0, i]``: it runs from now; Eq. 5);
+* ``x[k, i]``: job i holds GPUs in term k (``x[0, i]``: it runs from now; Eq. 5). Only term
+  0 is carried out and the plan is solved again every cycle, so terms ``k >= 1`` are relaxed
+  to [0, 1] (our rolling-horizon choice; it keeps the binaries to s, x[0] and y);
 * ``y[i, p]``: job i runs now on allocation p, one at most (Eqs. 9, 13);
 
 Constraints:
@@ -16,8 +18,9 @@ Constraints:
   horizon count as available (``max(0, Q_f - horizon)``), without a capacity check.
 * Eqs. 10, 11, 14: the cells requested by the jobs running now, per level, satisfy the
   consolidation proposition against the free cells (which Eq. 10 bounds by the cluster).
-* Terms ``k >= 1``: SLO jobs' GPUs fit in the cluster (the capacity the paper's lease
-  assignment presumes but does not write out).
+* Terms ``k >= 1``: SLO jobs' GPUs fit in the cluster, less what the SLO jobs on unexpired
+  leases will hold (``reserved``: they run on until they finish). The paper's lease
+  assignment presumes this capacity but does not write it out.
 
 Objective, Eq. 4: ``sum s[f, i] V[f, i]``, plus each job's reward for running now (profiler
 and best-effort rewards, §III-C2; an SLO job past its deadlines earns a best-effort one).
@@ -48,11 +51,9 @@ class Option:
 class MilpJob:
     job_id: str
     gpus: int
-    options: tuple[Option, ...]  # empty for a job fixed to run now on its current GPUs
+    options: tuple[Option, ...]
     now_reward: float = 0.0  # reward for running in term 0
     deadlines: tuple[tuple[int, float], ...] = ()  # (Q_f terms before deadline f, V_f)
-    fixed: bool = False  # holds unexpired lease: runs now, on GPUs outside the free cells
-    fixed_leases: tuple[int, ...] = ()  # a fixed SLO job's L_f on its current allocation
     slo: bool = False
 
 
@@ -62,11 +63,14 @@ class MilpProblem:
     free_cells: tuple[int, ...]  # N^cell per level
     total_gpus: int
     horizon: int
+    # GPUs held in term k (k = 1..horizon-1, index k-1) by SLO jobs on unexpired leases, which
+    # keep running until they finish: capacity the candidates cannot plan on.
+    reserved: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
 class MilpSolution:
-    run_now: Mapping[str, int]  # job id -> chosen option index (fixed jobs: -1)
+    run_now: Mapping[str, int]  # job id -> chosen option index
     deadline: Mapping[str, int] = field(default_factory=dict)  # job id -> deadline f met
     status: str = ""
     objective: float = 0.0
@@ -89,28 +93,26 @@ def solve(
     ys: dict[str, list[mip.Var]] = {}
     ss: dict[str, list[tuple[int, mip.Var]]] = {}
     for job in problem.jobs:
-        if job.fixed:
-            run_now: mip.LinExpr | float = 1.0
-        else:
-            run = x0[job.job_id] = model.add_var(var_type=mip.BINARY)
-            run_now = run
-            if job.now_reward:
-                objective.append(job.now_reward * run)
-            y = ys[job.job_id] = [model.add_var(var_type=mip.BINARY) for _ in job.options]
-            model += mip.xsum(y) == run  # Eq. 13, and an allocation exactly when it runs
-            for var, option in zip(y, job.options, strict=True):
-                if option.reward:
-                    objective.append(option.reward * var)
-                for level, count in enumerate(option.cells):
-                    if count:
-                        cell_use[level].append(count * var)  # Eq. 11
+        run = x0[job.job_id] = model.add_var(var_type=mip.BINARY)
+        if job.now_reward:
+            objective.append(job.now_reward * run)
+        y = ys[job.job_id] = [model.add_var(var_type=mip.BINARY) for _ in job.options]
+        model += mip.xsum(y) == run  # Eq. 13, and an allocation exactly when it runs
+        for var, option in zip(y, job.options, strict=True):
+            if option.reward:
+                objective.append(option.reward * var)
+            for level, count in enumerate(option.cells):
+                if count:
+                    cell_use[level].append(count * var)  # Eq. 11
         if not job.slo:
             continue
         feasible = _feasible_deadlines(job, problem.horizon)
         if not feasible:
             continue
         last = min(problem.horizon, max(q for _, q, _ in feasible))
-        terms = [model.add_var(var_type=mip.BINARY) for _ in range(1, last)]
+        # Future terms are a plan, re-solved every cycle; only term 0 is carried out. They are
+        # relaxed to [0, 1] (a rolling-horizon choice of ours that keeps the MILP small).
+        terms = [model.add_var(lb=0.0, ub=1.0) for _ in range(1, last)]
         for k, var in enumerate(terms, start=1):
             future.setdefault(k, []).append(job.gpus * var)
         chosen = []
@@ -118,20 +120,17 @@ def solve(
             s = model.add_var(var_type=mip.BINARY)
             chosen.append((f, s))
             objective.append(value * s)  # Eq. 4
-            held = mip.xsum(terms[: min(q, problem.horizon) - 1]) + run_now
+            held = mip.xsum(terms[: min(q, problem.horizon) - 1]) + run
             beyond = max(0, q - problem.horizon)
-            if job.fixed:
-                need = job.fixed_leases[f] * s
-            else:
-                needs = [o.leases[f] for o in job.options]
-                best = min(needs)
-                extra = []
-                for var, n in zip(ys[job.job_id], needs, strict=True):
-                    if n > best:
-                        w = model.add_var(lb=0.0, ub=1.0)
-                        model += w >= var + s - 1
-                        extra.append((n - best) * w)
-                need = best * s + mip.xsum(extra)
+            needs = [o.leases[f] for o in job.options]
+            best = min(needs)
+            extra = []
+            for var, n in zip(ys[job.job_id], needs, strict=True):
+                if n > best:
+                    w = model.add_var(lb=0.0, ub=1.0)
+                    model += w >= var + s - 1
+                    extra.append((n - best) * w)
+            need = best * s + mip.xsum(extra)
             model += held + beyond * s >= need  # Eqs. 7 and 12
         model += mip.xsum(s for _, s in chosen) <= 1  # Eq. 6
         ss[job.job_id] = chosen
@@ -140,8 +139,9 @@ def solve(
         if terms_i:
             have = sum(problem.free_cells[g] << (g - i) for g in range(i, levels))
             model += mip.xsum(terms_i) <= have
-    for used in future.values():
-        model += mip.xsum(used) <= problem.total_gpus
+    for k, used in future.items():
+        taken = problem.reserved[k - 1] if k - 1 < len(problem.reserved) else 0.0
+        model += mip.xsum(used) <= max(0.0, problem.total_gpus - taken)
     model.objective = mip.maximize(mip.xsum(objective))
     built = time.perf_counter()
     status = model.optimize(max_seconds=time_limit_s)
@@ -150,9 +150,7 @@ def solve(
         return None
     run: dict[str, int] = {}
     for job in problem.jobs:
-        if job.fixed:
-            run[job.job_id] = -1
-        elif x0[job.job_id].x is not None and x0[job.job_id].x > 0.5:
+        if x0[job.job_id].x is not None and x0[job.job_id].x > 0.5:
             picks = [p for p, v in enumerate(ys[job.job_id]) if v.x is not None and v.x > 0.5]
             run[job.job_id] = picks[0] if picks else 0
     met = {
@@ -177,10 +175,7 @@ def _feasible_deadlines(job: MilpJob, horizon: int) -> list[tuple[int, int, floa
     """(f, Q_f, V_f) for the deadlines the job can still meet on its best allocation."""
     found = []
     for f, (q, value) in enumerate(job.deadlines):
-        if job.fixed:
-            need = job.fixed_leases[f]
-        else:
-            need = min(o.leases[f] for o in job.options) if job.options else q + 1
+        need = min(o.leases[f] for o in job.options) if job.options else q + 1
         if value > 0 and q >= 1 and need <= q:
             found.append((f, q, value))
     return found
@@ -192,7 +187,7 @@ def _check_cells(problem: MilpProblem, solution: MilpSolution) -> None:
     used = [0] * levels
     for job in problem.jobs:
         p = solution.run_now.get(job.job_id)
-        if p is not None and p >= 0:
+        if p is not None:
             for level, count in enumerate(job.options[p].cells):
                 used[level] += count
     if not consolidation_feasible(used, problem.free_cells):

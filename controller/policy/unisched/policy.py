@@ -41,6 +41,10 @@ from controller.policy.unisched.milp import MilpJob, MilpProblem, MilpSolution, 
 from mlsched.model import JobClass, JobEstimate, TargetMetricStop
 
 MAX_OPTIONS = 8  # allocation choices per job given to the MILP (most consolidated first)
+# A relaxed allocation spans at most this many nodes more than the consolidated one: Eq. 2
+# only tells one node from several, profiled on two, and wider spreads cost far more (our
+# choice; the paper's example relaxes a 6-GPU job to a 2-cell allocation).
+MAX_EXTRA_NODES = 1
 PROFILE_GPUS = 2  # §III-B: profiling uses at most 2 GPUs
 EARLY_SLO_WEIGHT = 0.1  # share of the best-effort reward an SLO job earns for running now
 TIE_BREAK = 1e-3  # weight of an allocation's normalised speed for SLO jobs (Eq. 8)
@@ -92,21 +96,18 @@ class UniSchedPolicy:
     def _boundary(self, snapshot: ClusterSnapshot) -> Decision:
         be, slo = self._leases(snapshot)
         levels = top_level(max(len(n.gpu_indices) for n in snapshot.nodes)) + 1
-        node_size = 1 << (levels - 1)
         expired = {v.id for v in snapshot.expired()}
         pool = {n.id: set(n.free_gpu_indices) for n in snapshot.nodes}
         suspend: list[Suspend] = []
         candidates: list[_Candidate] = []
-        fixed: list[MilpJob] = []
+        fixed_views: list[JobView] = []
         for view in snapshot.busy:
             _give_back(pool, view.placement)
         for view in snapshot.active:
             held = sum(len(p.gpu_indices) for p in view.placement)
             if view.id not in expired:
                 if view.job_class is not JobClass.BEST_EFFORT and held == view.gpus:
-                    job = self._fixed_slo(view, snapshot.now, slo, node_size)
-                    if job is not None:
-                        fixed.append(job)
+                    fixed_views.append(view)
                 continue
             _give_back(pool, view.placement)
             if held < view.gpus and view.speed_samples:  # profiled: resume at full size later
@@ -116,11 +117,16 @@ class UniSchedPolicy:
         for view in snapshot.queued:
             candidates.append(self._candidate(view, snapshot.now, be, slo, levels))
         self._prune(v.id for v in (*snapshot.active, *snapshot.queued, *snapshot.busy))
+        solution = self._uncontended(snapshot, candidates, levels)
+        if solution is not None:  # everything fits now: the MILP's optimum, without solving
+            self._last = solution
+            return self._apply(snapshot, candidates, solution, suspend, be, slo, levels)
         problem = MilpProblem(
-            jobs=tuple(fixed) + tuple(c.milp for c in candidates),
+            jobs=tuple(c.milp for c in candidates),
             free_cells=tuple(free_cells({n: sorted(ids) for n, ids in pool.items()}, levels)),
             total_gpus=sum(len(n.gpu_indices) for n in snapshot.nodes),
             horizon=self.config.horizon,
+            reserved=self._reserved(fixed_views, slo),
         )
         solution = solve(problem, self.config.solver, self.config.time_limit_s)
         if solution is None:
@@ -145,7 +151,7 @@ class UniSchedPolicy:
         for cand in candidates:
             pick = solution.run_now.get(cand.view.id)
             keep = cand.choices and cand.choices[0].keep
-            if pick is None or pick < 0:
+            if pick is None:
                 if keep:
                     suspend.append(Suspend(cand.view.id, "lease not renewed by the MILP"))
                 continue
@@ -169,6 +175,21 @@ class UniSchedPolicy:
         return Decision(
             launch=tuple(launch), renew=tuple(renew), suspend=tuple(suspend), estimates=estimates
         )
+
+    def _uncontended(
+        self, snapshot: ClusterSnapshot, candidates: list[_Candidate], levels: int
+    ) -> MilpSolution | None:
+        """When every candidate can run now on its first (most consolidated) allocation, that
+        is the MILP's optimum (each running job adds reward, nothing competes), so the solver
+        is skipped; None otherwise."""
+        wanted = [c for c in candidates if not c.choices[0].keep]
+        if any(sum(len(p.gpu_indices) for p in v.placement) for v in snapshot.busy) and wanted:
+            return None  # GPUs on their way back: let the MILP weigh waiting for them
+        pool = CellPool.of(snapshot.free_gpus(), levels)
+        placed = pool.place_all([_request(c.view, c.choices[0]) for c in wanted])
+        if len(placed) < len(wanted):
+            return None
+        return MilpSolution(run_now={c.view.id: 0 for c in candidates}, status="uncontended")
 
     def _fill(self, snapshot: ClusterSnapshot) -> Decision:
         """Between boundaries: start waiting jobs on GPUs freed since the last cycle."""
@@ -221,9 +242,11 @@ class UniSchedPolicy:
             return [_Choice(allocations(gpus, levels)[0], 1, gpus)]
         roundup = self.config.placement == "roundup"
         found = []
-        for i, alloc in enumerate(allocations(view.gpus, levels, roundup)[:MAX_OPTIONS]):
-            consolidated = math.ceil(view.gpus / node_size)
+        consolidated = math.ceil(view.gpus / node_size)
+        for i, alloc in enumerate(allocations(view.gpus, levels, roundup)):
             nodes = consolidated if i == 0 else max(consolidated, min(sum(alloc), view.gpus))
+            if nodes > consolidated + MAX_EXTRA_NODES or len(found) == MAX_OPTIONS:
+                continue
             if per > 1 and any(alloc[lv] for lv in range(levels) if (1 << lv) < per):
                 continue  # a process's GPUs must share a node
             found.append(_Choice(alloc, nodes, view.gpus))
@@ -309,23 +332,18 @@ class UniSchedPolicy:
         it stays below the profiler reward; §III-C2)."""
         return self.config.profiler_reward / (2.0 + remaining_s / lease_s)
 
-    def _fixed_slo(self, view: JobView, now: float, slo: float, node_size: int) -> MilpJob | None:
-        """An SLO job on an unexpired lease: it runs now; the plan still needs its future."""
-        if self._phase(view) != "slo" or not view.spec.deadlines:
-            return None
-        est = JobEstimator.of(view, self._iterations(view), self.config)
-        nodes = len({p.node_id for p in view.placement})
-        run = est.run_s(view.gpus, nodes)
-        terms = _terms(view, now, slo)
-        return MilpJob(
-            view.id,
-            view.gpus,
-            (),
-            deadlines=tuple((q, d.reward) for q, d in zip(terms, view.spec.deadlines, strict=True)),
-            fixed=True,
-            fixed_leases=tuple(est.slo_leases(run, slo, q) for q in terms),
-            slo=True,
-        )
+    def _reserved(self, running: list[JobView], slo: float) -> tuple[float, ...]:
+        """GPUs that SLO jobs on unexpired leases hold in each future term until they finish."""
+        reserved = [0.0] * (self.config.horizon - 1)
+        for view in running:
+            if self._phase(view) != "slo":
+                continue
+            est = JobEstimator.of(view, self._iterations(view), self.config)
+            nodes = len({p.node_id for p in view.placement})
+            terms = math.ceil(est.run_s(view.gpus, nodes) / slo)
+            for k in range(1, min(terms, self.config.horizon)):
+                reserved[k - 1] += view.gpus
+        return tuple(reserved)
 
     def _fill_order(self, view: JobView, now: float) -> tuple[int, float, float]:
         if view.id in self._waiting:
@@ -342,7 +360,7 @@ class UniSchedPolicy:
 
     def _chosen(self, cand: _Candidate, solution: MilpSolution, now: float) -> JobEstimate:
         pick = solution.run_now.get(cand.view.id)
-        if pick is None or pick < 0:
+        if pick is None:
             return cand.estimate
         e = cand.estimate
         return JobEstimate(
@@ -359,9 +377,7 @@ class UniSchedPolicy:
         """The solver found nothing in time: reuse the last solution's choices (§III-C4)."""
         previous = self._last.run_now if self._last is not None else {}
         run = {
-            c.view.id: 0
-            for c in candidates
-            if previous.get(c.view.id, -2) >= -1 or (c.choices and c.choices[0].keep)
+            c.view.id: 0 for c in candidates if c.view.id in previous or c.choices[0].keep
         }  # without a cached choice, a running job keeps running: the safe default
         return MilpSolution(run_now=run, status="cached")
 

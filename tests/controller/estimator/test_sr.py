@@ -5,6 +5,7 @@ from itertools import combinations, pairwise
 import pytest
 
 from controller.estimator.sr import (
+    expected_suspensions_closed_form,
     expected_suspensions_slo,
     sr_overhead_best_effort,
     sr_overhead_slo,
@@ -25,6 +26,16 @@ def brute_force_suspensions(n: int, m: int) -> float:
 def test_eq3_matches_enumeration(m):
     for n in range(1, m + 1):
         assert expected_suspensions_slo(n, m) == pytest.approx(brute_force_suspensions(n, m))
+        assert expected_suspensions_closed_form(n, m) == pytest.approx(
+            expected_suspensions_slo(n, m)
+        )
+
+
+def test_closed_form_matches_eq3_for_large_counts():
+    for n, m in ((40, 100), (99, 100), (1, 500), (250, 500)):
+        assert expected_suspensions_closed_form(n, m) == pytest.approx(
+            expected_suspensions_slo(n, m)
+        )
 
 
 def test_hand_computed_values():
