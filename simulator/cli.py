@@ -44,6 +44,11 @@ def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
         help=f"comma-separated policies: {', '.join(available_policies())}",
     )
     p.add_argument(
+        "--ablations",
+        action="store_true",
+        help="also run UniSched's ablations: " + ", ".join(UNISCHED_ABLATIONS),
+    )
+    p.add_argument(
         "--cluster",
         default="C120",
         help="C120 (120x8 GPUs), C96 (96x8) or NODESxGPUS [%(default)s]",
@@ -103,6 +108,11 @@ def parse_cluster(text: str) -> ClusterShape:
     raise ValueError(f"unknown cluster {text!r}; use {', '.join(PRESETS)} or NODESxGPUS")
 
 
+# UniSched without its SR-aware estimator, without its iteration estimator, with Chronus'
+# round-up placement (docs/unisched.md).
+UNISCHED_ABLATIONS = ("unisched-no-sr", "unisched-no-iter", "unisched-roundup")
+
+
 def parse_policies(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in available_policies()]
@@ -151,6 +161,8 @@ def job_model(args: argparse.Namespace) -> TraceJobModel:
 def run_simulate(args: argparse.Namespace) -> int:
     try:
         policies = parse_policies(args.policy)
+        if args.ablations:
+            policies += [name for name in UNISCHED_ABLATIONS if name not in policies]
         shape = parse_cluster(args.cluster)
         jobs = load_workload(args)
         model = job_model(args)

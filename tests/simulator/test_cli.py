@@ -299,3 +299,26 @@ def test_smoke_on_the_shared_mix2_trace(tmp_path):
     for m in metrics.values():
         assert m["jobs_total"] == 500
         assert m["jobs_completed"] == 500
+
+
+def test_unisched_and_its_ablations_complete_every_job(tmp_path, capsys):
+    trace = write_trace(tmp_path / "data")
+    out_json = tmp_path / "out.json"
+    code, _, err = simulate(
+        capsys,
+        "--trace",
+        trace,
+        "--policy",
+        "unisched",
+        "--ablations",
+        "--cluster",
+        "2x8",
+        "--check-invariants",
+        "--quiet",
+        "--json",
+        out_json,
+    )
+    assert code == 0, err
+    metrics = json.loads(out_json.read_text())
+    assert list(metrics) == ["unisched", "unisched-no-sr", "unisched-no-iter", "unisched-roundup"]
+    assert all(m["jobs_completed"] == m["jobs_total"] == 8 for m in metrics.values())
