@@ -93,6 +93,32 @@ class TargetMetricStop:
 StoppingCriterion = IterationStop | TargetMetricStop
 
 
+class StopOption(enum.Enum):
+    """MLF-C's stopping options a user picks (MLFS §3.5)."""
+
+    ITERATIONS = "iterations"  # (i) run the iterations asked for
+    OPT_STOP = "opt-stop"  # (ii) stop at (or near) the predicted best accuracy
+    REQUIRED = "required-accuracy"  # (iii) stop once the required accuracy is reached
+
+
+@dataclass(frozen=True)
+class MlfsSpec:
+    """What an MLFS job may declare (MLFS §3.1, §3.3.1, §3.5); defaults fit any job.
+
+    ``partitions``: S_k / S^J of each model partition (task), summing to 1; empty means a plain
+    data-parallel job, one partition per worker. ``dependencies``: (parent, child) edges
+    between partition indices (a DAG). ``system_may_switch``: under overload MLF-C may move
+    the job to a cheaper option ((i) -> (ii) -> (iii)).
+    """
+
+    urgency: float = 1.0  # L^J
+    partitions: tuple[float, ...] = ()
+    dependencies: tuple[tuple[int, int], ...] = ()
+    stop_option: StopOption = StopOption.ITERATIONS
+    system_may_switch: bool = False
+    required_accuracy: float | None = None  # a^r_J, for option (iii) and the metrics
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A validated job specification (see ``mlsched.jobspec`` for the YAML form)."""
@@ -108,6 +134,7 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()
     max_retries: int = 0
     batch_size: int = 0
+    mlfs: MlfsSpec = MlfsSpec()
 
     @property
     def num_tasks(self) -> int:
@@ -199,6 +226,10 @@ class Job:
     metric_history: list[tuple[int, float]] = field(default_factory=list)  # stopping metric
     sr_overheads_s: list[float] = field(default_factory=list)  # measured suspend + resume
     estimate: JobEstimate | None = None
+    # MLFS: first, previous and latest reported loss (Eq. 2's loss reductions), and when a
+    # node agent asked to move the job off an overloaded server (None: no request pending).
+    losses: tuple[float, ...] = ()
+    migration_requested_at: float | None = None
 
 
 @dataclass(frozen=True)

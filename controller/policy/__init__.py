@@ -5,9 +5,11 @@ from controller.policy.base import (
     Decision,
     JobView,
     Launch,
+    Migrate,
     NodeView,
     Policy,
     Renew,
+    Stop,
     Suspend,
 )
 from controller.policy.registry import available_policies, make_policy
@@ -17,9 +19,11 @@ __all__ = [
     "Decision",
     "JobView",
     "Launch",
+    "Migrate",
     "NodeView",
     "Policy",
     "Renew",
+    "Stop",
     "Suspend",
     "available_policies",
     "make_policy",

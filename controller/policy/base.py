@@ -51,6 +51,12 @@ class JobView:
     speed_samples: tuple[SpeedSample, ...] = ()
     metric_history: tuple[tuple[int, float], ...] = ()
     sr_overhead_s: float | None = None
+    # MLFS (§3.3): first, previous and latest loss; a node agent's pending request to move the
+    # job off an overloaded server; the job's share of its server's capacity per resource
+    # ("gpu", "cpu", "memory", "bandwidth"), summed over its tasks there (empty: unknown).
+    losses: tuple[float, ...] = ()
+    migration_requested: bool = False
+    resource_usage: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def gpus(self) -> int:
@@ -63,9 +69,14 @@ class JobView:
 
 @dataclass(frozen=True)
 class NodeView:
+    """A schedulable node. ``utilization``: measured share (0-1) of each resource ("gpu",
+    "cpu", "memory", "bandwidth"); ``gpu_utilization``: per GPU index (both empty: unknown)."""
+
     id: str
     gpu_indices: tuple[int, ...]
     free_gpu_indices: tuple[int, ...]
+    utilization: Mapping[str, float] = field(default_factory=dict)
+    gpu_utilization: Mapping[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -147,6 +158,25 @@ class Suspend:
 
 
 @dataclass(frozen=True)
+class Migrate:
+    """Move an active job: checkpoint, release its GPUs and resume on ``placement`` (MLFS
+    §3.3.3: a task moved off an overloaded server goes straight to its new host)."""
+
+    job_id: str
+    placement: tuple[TaskPlacement, ...]
+    lease_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """End an active job now, COMPLETED, through the trainer (MLF-C early stop, §3.5)."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Decision:
     """A cycle's orders. ``estimates`` (optional) are the policy's predictions per job id, kept
     on the job for ``mlsched describe``; they change nothing by themselves."""
@@ -155,6 +185,8 @@ class Decision:
     renew: tuple[Renew, ...] = ()
     suspend: tuple[Suspend, ...] = ()
     estimates: Mapping[str, JobEstimate] = field(default_factory=dict)
+    migrate: tuple[Migrate, ...] = ()
+    stop: tuple[Stop, ...] = ()
 
 
 class Policy(Protocol):
