@@ -35,6 +35,7 @@ class SpeedModel:
     t_intra: float  # T1: extra seconds per additional GPU on one node
     t_inter: float  # T2: extra seconds per additional GPU across nodes
     measured: Mapping[tuple[int, int], float] = field(default_factory=dict)
+    inter_measured: bool = False  # T2 comes from a multi-node sample, not from the ratio
 
     def iteration_time(self, gpus: int, nodes: int) -> float:
         """Predicted seconds per iteration on ``gpus`` GPUs over ``nodes`` nodes (Eq. 2)."""
@@ -73,7 +74,8 @@ def fit_speed_model(
     elif inter is None:
         inter = intra * inter_node_ratio
     measured = {(s.gpus, s.nodes): s.iteration_time_s for s in usable}
-    return SpeedModel(t_comp, intra, inter, measured)  # type: ignore[arg-type]
+    inter_measured = any(s.nodes >= 2 for s in usable)
+    return SpeedModel(t_comp, intra, inter, measured, inter_measured)  # type: ignore[arg-type]
 
 
 def _per_gpu_cost(t_comp: float, samples: Iterable[SpeedSample]) -> float | None:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from controller.estimator.duration import predicted_iterations
+from controller.estimator.speed import SpeedModel, fit_speed_model
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
 from controller.policy.unisched.cells import (
@@ -208,7 +209,13 @@ class UniSchedPolicy:
                 break
             phase = self._phase(view)
             choices = self._waiting.get(view.id)
-            options = [choices] if choices else self._choices(view, phase, levels)
+            if choices:
+                options = [choices]
+            else:
+                options = self._choices(view, phase, levels)
+                if phase != "profiling":
+                    speed = fit_speed_model(view.speed_samples, self.config.inter_node_ratio)
+                    options = _trusted(options, speed)
             for choice in options:
                 if choice.gpus > left:
                     continue
@@ -283,6 +290,7 @@ class UniSchedPolicy:
             estimate = JobEstimate(phase, 0, 0.0, 0.0, reward, _describe(choices[0]), now)
             return _Candidate(view, phase, choices, milp, estimate)
         est = JobEstimator.of(view, self._iterations(view), self.config)
+        choices = _trusted(choices, est)
         runs = [est.run_s(view.gpus, c.nodes) for c in choices]
         rewards = [self._be_reward(est.best_effort_remaining_s(r, be), be) for r in runs]
         be_reward = max(rewards)
@@ -385,6 +393,17 @@ class UniSchedPolicy:
         keep = set(live)
         for job_id in [j for j in self._curves if j not in keep]:
             del self._curves[job_id]
+
+
+def _trusted(choices: list[_Choice], speed: object) -> list[_Choice]:
+    """Drop relaxed multi-node allocations while the job's inter-node cost T2 is a guess: a
+    one-node profile measures only T1 (§III-B1) and T2 / T1 differs by model from 1 to over
+    10, so a deadline must not hang on the guess (our choice; measured T2 lifts it)."""
+    model = speed.speed if isinstance(speed, JobEstimator) else speed
+    if isinstance(model, SpeedModel) and model.inter_measured:
+        return choices
+    least = min(c.nodes for c in choices)
+    return [c for c in choices if c.keep or c.nodes == least]
 
 
 def _give_back(pool: dict[str, set[int]], placement: tuple[TaskPlacement, ...]) -> None:
