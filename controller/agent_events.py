@@ -11,7 +11,8 @@ kept on the job and persisted with it:
   attempt is skipped: it includes warm-up and the restore. Only while the job is STARTING or
   RUNNING.
 - ``metric_history``: for jobs stopping at a target metric, ``(iteration, value)`` of that
-  metric, appended when the iteration passed the last recorded one and the value changed (the
+  metric (of ``accuracy`` for a job MLF-C may stop early: ``jobspec.tracked_metric``),
+  appended when the iteration passed the last recorded one and the value changed (the
   shim repeats the latest value of a metric evaluated every N steps in every report, so a
   repeated value is normally a stale one). Past ``METRIC_HISTORY_MAX`` points every other point
   of the oldest half is dropped: the first and the latest are always kept and old history
@@ -22,6 +23,17 @@ kept on the job and persisted with it:
 
 The per-attempt report counts live in memory: after a controller restart one more report per
 running job is skipped.
+
+For MLFS (§3.3) the controller also keeps:
+
+- ``losses``: the first, the previous and the latest loss rank 0 reported (Eq. 2's loss
+  reductions), from reports whose iteration is past the previous report's (the first report
+  of a resumed attempt, back at its checkpoint, is skipped); non-finite losses are ignored.
+- each node's latest load report (``Node.load``, in memory only), from the metrics reports.
+- ``migration_requested_at``: a node agent found its server overloaded and asks to move a task
+  of the job (:meth:`AgentEvents.migration_requested`). Only for a live task of the job's
+  current attempt on that node while the job is STARTING or RUNNING; a request while one is
+  pending or the job is already being moved changes nothing. ``lifecycle`` clears it.
 """
 
 from __future__ import annotations
@@ -33,14 +45,16 @@ from collections.abc import Sequence
 from controller import lifecycle
 from controller.commands import AckCommand, KillCommand, SuspendCommand, TaskReport
 from controller.state import LIVE_TASK_STATES, ControllerState
+from mlsched.jobspec import tracked_metric
 from mlsched.model import (
     Job,
     JobState,
+    MigrationRequest,
     Node,
+    NodeLoad,
     NodeMetrics,
     Progress,
     SpeedSample,
-    TargetMetricStop,
     Task,
     TaskState,
 )
@@ -95,7 +109,9 @@ class AgentEvents:
             self.state.connected.discard(node_id)
             self.state.emit("node_disconnected", "agent session closed", node_id=node_id)
 
-    def heartbeat(self, node_id: str, metrics: NodeMetrics | None = None) -> None:
+    def heartbeat(
+        self, node_id: str, metrics: NodeMetrics | None = None, load: NodeLoad | None = None
+    ) -> None:
         with self.state.lock:
             node = self.state.nodes.get(node_id)
             if node is None:
@@ -103,6 +119,41 @@ class AgentEvents:
             node.last_seen = self.state.clock.now()
             if metrics is not None:
                 node.metrics = metrics
+            if load is not None:
+                node.load = load
+
+    def migration_requested(self, node_id: str, request: MigrationRequest) -> bool:
+        """A node agent asks to move a task off its overloaded server; True when the job was
+        marked (module docstring)."""
+        state = self.state
+        with state.lock:
+            self.heartbeat(node_id)
+            where = f"{request.job_id}/{request.rank}/{request.attempt}"
+            task = self._current_task(request.job_id, request.rank, request.attempt)
+            job = state.job(request.job_id)
+            if (
+                task is None
+                or job is None
+                or task.node_id != node_id
+                or task.state not in LIVE_TASK_STATES
+                or not job.state.active
+            ):
+                log.info("migration request for %s from %s ignored: not live there", where, node_id)
+                return False
+            if job.migration_requested_at is not None or job.migration_target is not None:
+                return False
+            job.migration_requested_at = state.clock.now()
+            state.save_job(job)
+            demand = ", ".join(f"{k} {v:.2f}" for k, v in sorted(request.demand.items()))
+            state.emit(
+                "migration_requested",
+                f"requested by node {node_id} for rank {request.rank}"
+                + (f" (demand {demand})" if demand else "")
+                + (f": {request.reason}" if request.reason else ""),
+                job_id=job.id,
+                node_id=node_id,
+            )
+            return True
 
     def task_status(self, node_id: str, report: TaskReport) -> None:
         with self.state.lock:
@@ -118,6 +169,7 @@ class AgentEvents:
             if task is None or job is None or task.node_id != node_id or rank != 0:
                 return
             first = self._count_report(job.id, attempt)
+            self._record_loss(job, progress)
             job.iteration = progress.iteration
             if progress.iteration_time_s > 0:
                 job.iteration_time_s = progress.iteration_time_s
@@ -170,11 +222,20 @@ class AgentEvents:
             compute_time += (compute - compute_time) / n
         job.speed_samples[index] = SpeedSample(gpus, nodes, iteration_time, compute_time, count)
 
-    def _record_metric(self, job: Job, progress: Progress) -> None:
-        stop = job.spec.stopping
-        if not isinstance(stop, TargetMetricStop):
+    def _record_loss(self, job: Job, progress: Progress) -> None:
+        """Keep (first, previous, latest) loss; called before ``job.iteration`` moves on."""
+        if not math.isfinite(progress.loss):
             return
-        value = progress.metrics.get(stop.metric)
+        if job.losses and progress.iteration <= job.iteration:
+            return
+        first, latest = job.losses[:1], job.losses[1:][-1:]
+        job.losses = (*first, *latest, progress.loss)
+
+    def _record_metric(self, job: Job, progress: Progress) -> None:
+        metric = tracked_metric(job.spec)
+        if metric is None:
+            return
+        value = progress.metrics.get(metric)
         if value is None or not math.isfinite(value):
             return
         history = job.metric_history

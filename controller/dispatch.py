@@ -1,10 +1,13 @@
-"""Connected agent sessions: each has an outbound queue of encoded commands."""
+"""Connected agent sessions: each has an outbound queue of encoded commands. Also the decoding
+of the agents' load reports and migration requests (MLFS)."""
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from controller.commands import (
@@ -19,6 +22,7 @@ from controller.commands import (
 )
 from controller.errors import Unavailable
 from mlsched import serde
+from mlsched.model import MigrationRequest, NodeLoad, TaskUsage
 from mlsched.v1 import agent_pb2
 
 
@@ -68,6 +72,53 @@ def encode(command: Command) -> agent_pb2.AgentSessionResponse:
     if isinstance(command, AckCommand):
         return agent_pb2.AgentSessionResponse(ack=agent_pb2.TaskStatusAck(task=task))
     raise TypeError(f"unknown command {command!r}")
+
+
+def _clamp(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def _shares(values: Mapping[str, float]) -> dict[str, float]:
+    """A share map off the wire: non-finite values dropped, the rest clamped to [0, 1]."""
+    return {str(k): _clamp(v) for k, v in values.items() if math.isfinite(v)}
+
+
+def node_load_from_proto(report: agent_pb2.MetricsReport) -> NodeLoad | None:
+    """The load in a metrics report; None when the agent sent none (an older agent)."""
+    if not report.HasField("load"):
+        return None
+    load = report.load
+    gpus = {int(i): _clamp(u) for i, u in load.gpu_utilization.items() if math.isfinite(u)}
+    tasks = tuple(
+        TaskUsage(
+            job_id=t.task.job_id,
+            rank=t.task.rank,
+            attempt=t.task.attempt,
+            demand=_shares(t.demand),
+            gpu_index=t.gpu_index,
+            gpu_utilization=_clamp(t.gpu_utilization) if math.isfinite(t.gpu_utilization) else 0.0,
+        )
+        for t in load.tasks
+    )
+    return NodeLoad(
+        utilization=_shares(load.utilization),
+        gpu_utilization=gpus,
+        tasks=tasks,
+        cpu_cores=load.capacity.cpu_cores,
+        memory_bytes=load.capacity.memory_bytes,
+        bandwidth_bytes_per_s=load.capacity.bandwidth_bytes_per_s,
+    )
+
+
+def migration_request_from_proto(msg: agent_pb2.MigrationRequest) -> MigrationRequest:
+    return MigrationRequest(
+        job_id=msg.task.job_id,
+        rank=msg.task.rank,
+        attempt=msg.task.attempt,
+        server_utilization=_shares(msg.server_utilization),
+        demand=_shares(msg.demand),
+        reason=msg.reason,
+    )
 
 
 _CLOSED = object()

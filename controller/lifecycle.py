@@ -1,4 +1,17 @@
-"""Job lifecycle: launching, suspending, cancelling and settling jobs as their tasks end.
+"""Job lifecycle: launching, suspending, migrating, cancelling and settling jobs as their
+tasks end.
+
+Migration (MLFS §3.3.3, a policy's ``Migrate``): the job is suspended as for a ``Suspend``
+(checkpoint, exit) with its target placement stored on the job (``Job.migration_target``,
+persisted). The target's GPUs stay reserved from the order on: :func:`reserved_gpus` counts them
+as taken for every other launch, migration and the policy's snapshot. When the job reaches
+SUSPENDED it is launched on the target at once, resuming from the checkpoint, with the order's
+lease; if the target is gone by then (node dead or disconnected, GPUs taken) the job simply
+stays in the queue. A controller restart keeps the target: a job found SUSPENDED with a target
+is resumed there (or queued) at the next cycle (:func:`resume_pending_migrations`).
+
+A node agent's migration request (``Job.migration_requested_at``) is cleared when the job leaves
+STARTING/RUNNING or starts a new attempt (it moved, or ran again from the queue).
 
 Every function expects the caller to hold ``state.lock``.
 """
@@ -6,11 +19,13 @@ Every function expects the caller to hold ``state.lock``.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from controller.commands import KillCommand, LaunchCommand, LeaseCommand, SuspendCommand, TaskRef
 from controller.placement import TaskPlacement
-from controller.state import ControllerState, SrTiming
-from mlsched.model import Job, JobState, ResumeRecord, Task, TaskState
+from controller.state import LIVE_TASK_STATES, ControllerState, SrTiming
+from controller.stops import completion_message
+from mlsched.model import Job, JobState, MigrationTarget, ResumeRecord, Task, TaskState
 
 
 def ref(task: Task) -> TaskRef:
@@ -26,6 +41,7 @@ def launch(
     now = state.clock.now()
     resume = job.attempt > 0
     job.attempt += 1
+    job.migration_requested_at = None  # a new attempt: whatever was asked of the old is moot
     nodes_in_order = list(dict.fromkeys(p.node_id for p in placement))
     for node_id in nodes_in_order:
         if node_id not in job.node_history:
@@ -55,7 +71,7 @@ def launch(
     held = sum(len(p.gpu_indices) for p in placement)
     if held < job.spec.gpus:
         where += f" ({held} of {job.spec.gpus} GPUs)"
-    state.set_job_state(job, JobState.STARTING, f"{verb} attempt {job.attempt} on {where}")
+    _set_state(state, job, JobState.STARTING, f"{verb} attempt {job.attempt} on {where}")
     master = state.nodes[placement[0].node_id].address
     for task, p in zip(tasks, placement, strict=True):
         local = [q for q in placement if q.node_id == p.node_id]
@@ -91,7 +107,7 @@ def suspend(state: ControllerState, job: Job, reason: str) -> None:
             task.state = TaskState.SUSPENDING
     state.save_tasks(job.id)
     state.sr_timings[job.id] = SrTiming(ordered_at=state.clock.now())
-    state.set_job_state(job, JobState.SUSPENDING, reason)
+    _set_state(state, job, JobState.SUSPENDING, reason)
     for task in tasks:
         state.send(task.node_id, SuspendCommand(ref(task), state.settings.suspend_grace_s, reason))
     settle(state, job)
@@ -99,10 +115,10 @@ def suspend(state: ControllerState, job: Job, reason: str) -> None:
 
 def cancel(state: ControllerState, job: Job, reason: str) -> None:
     if job.state.queued:
-        state.set_job_state(job, JobState.CANCELLED, reason)
+        _set_state(state, job, JobState.CANCELLED, reason)
         return
     if job.state is not JobState.CANCELLING:
-        state.set_job_state(job, JobState.CANCELLING, reason)
+        _set_state(state, job, JobState.CANCELLING, reason)
     kill_live_tasks(state, job, reason)
     settle(state, job)
 
@@ -128,7 +144,7 @@ def task_ended(
             job.failures += 1
             detail = f"{where} failed (exit {exit_code}): {message}"
             if job.failures > job.spec.max_retries:
-                state.set_job_state(job, JobState.FAILED, detail)
+                _set_state(state, job, JobState.FAILED, detail)
                 kill_live_tasks(state, job, "another task of the job failed")
                 return
             suspend(state, job, f"retry {job.failures}/{job.spec.max_retries} after {detail}")
@@ -149,9 +165,9 @@ def settle(state: ControllerState, job: Job) -> None:
         job.attempt_started_at = None
     tasks = state.job_tasks(job.id)
     if job.state is JobState.CANCELLING:
-        state.set_job_state(job, JobState.CANCELLED, job.message)
+        _set_state(state, job, JobState.CANCELLED, job.message)
     elif any(t.state is TaskState.COMPLETED and t.rank == 0 for t in tasks):
-        state.set_job_state(job, JobState.COMPLETED, "reached its stopping criterion")
+        _set_state(state, job, JobState.COMPLETED, completion_message(tasks))
     elif job.state in (JobState.STARTING, JobState.RUNNING, JobState.SUSPENDING):
         _requeue(state, job, tasks)
 
@@ -173,9 +189,141 @@ def _requeue(state: ControllerState, job: Job, tasks: list[Task]) -> None:
             from_nodes=tuple(dict.fromkeys(t.node_id for t in tasks)),
         )
     )
-    state.set_job_state(
-        job, JobState.SUSPENDED, f"suspended with checkpoint at step {job.checkpoint_step}"
+    _set_state(
+        state, job, JobState.SUSPENDED, f"suspended with checkpoint at step {job.checkpoint_step}"
     )
+    if job.migration_target is not None:
+        resume_migration(state, job)
+
+
+def _set_state(state: ControllerState, job: Job, new: JobState, message: str = "") -> None:
+    """``state.set_job_state``, dropping what a job leaving STARTING/RUNNING no longer needs:
+    a pending migration request, and the migration target once it cannot be resumed on."""
+    if not new.active:
+        job.migration_requested_at = None
+    if new.terminal or new is JobState.CANCELLING:
+        job.migration_target = None
+    state.set_job_state(job, new, message)
+
+
+# --- migration (MLFS §3.3.3) -----------------------------------------------------------------
+
+
+def describe(placement: Sequence[TaskPlacement]) -> str:
+    return ", ".join(f"{p.node_id}:{list(p.gpu_indices)}" for p in placement)
+
+
+def target_placement(target: MigrationTarget) -> tuple[TaskPlacement, ...]:
+    return tuple(TaskPlacement(rank, node, tuple(gpus)) for rank, node, gpus in target.placement)
+
+
+def reserved_gpus(state: ControllerState, except_job: str = "") -> dict[str, set[int]]:
+    """GPUs reserved for jobs being migrated, per node (``except_job``'s left out)."""
+    reserved: dict[str, set[int]] = {}
+    for job in state.jobs.values():
+        if job.migration_target is None or job.id == except_job or job.state.terminal:
+            continue
+        for p in target_placement(job.migration_target):
+            reserved.setdefault(p.node_id, set()).update(p.gpu_indices)
+    return reserved
+
+
+def unavailable(
+    state: ControllerState, placement: Sequence[TaskPlacement], job_id: str
+) -> str | None:
+    """Why ``placement`` cannot be given to ``job_id`` now (None: it can): a node not
+    connected, a GPU it does not have, one held by another job's live task or reserved for
+    another job's migration. The job's own live tasks and reservation do not count."""
+    schedulable = {n.id: {g.index for g in n.gpus} for n in state.schedulable_nodes()}
+    taken: dict[str, set[int]] = {}
+    for other, tasks in state.tasks.items():
+        if other == job_id:
+            continue
+        for task in tasks:
+            if task.state in LIVE_TASK_STATES:
+                taken.setdefault(task.node_id, set()).update(task.gpu_indices)
+    reserved = reserved_gpus(state, except_job=job_id)
+    for p in placement:
+        gpus = set(p.gpu_indices)
+        if p.node_id not in schedulable:
+            return f"node {p.node_id} is not connected"
+        if not gpus <= schedulable[p.node_id]:
+            return f"{p.node_id} has no GPU {sorted(gpus - schedulable[p.node_id])}"
+        if gpus & taken.get(p.node_id, set()):
+            return f"{p.node_id}:{sorted(gpus & taken[p.node_id])} held by another job"
+        if gpus & reserved.get(p.node_id, set()):
+            return f"{p.node_id}:{sorted(gpus & reserved[p.node_id])} reserved for another job"
+    return None
+
+
+def migrate(
+    state: ControllerState,
+    job: Job,
+    placement: tuple[TaskPlacement, ...],
+    lease_s: float,
+    reason: str,
+) -> None:
+    """Checkpoint an active job and resume it on ``placement`` (module docstring). The caller
+    has checked the placement (``scheduler.placement_problem`` and :func:`unavailable`)."""
+    now = state.clock.now()
+    from_nodes = tuple(dict.fromkeys(t.node_id for t in state.live_tasks(job.id)))
+    job.migration_target = MigrationTarget(
+        placement=tuple((p.rank, p.node_id, tuple(p.gpu_indices)) for p in placement),
+        lease_s=lease_s,
+        reason=reason,
+        from_nodes=from_nodes,
+        ordered_at=now,
+    )
+    job.migration_requested_at = None
+    state.save_job(job)
+    where = describe(placement)
+    state.emit(
+        "migration_ordered",
+        f"from {', '.join(from_nodes) or 'nowhere'} to {where}: {reason}",
+        job_id=job.id,
+    )
+    suspend(state, job, f"migrating to {where}: {reason}")
+
+
+def resume_migration(state: ControllerState, job: Job) -> bool:
+    """Launch a SUSPENDED job on its migration target; True when launched. A target that is
+    gone leaves the job in the queue (the target is dropped either way)."""
+    target = job.migration_target
+    if target is None or job.state is not JobState.SUSPENDED:
+        return False
+    job.migration_target = None
+    placement = target_placement(target)
+    problem = unavailable(state, placement, job.id)
+    if problem is not None:
+        state.save_job(job)
+        state.emit(
+            "migration_abandoned",
+            f"target {describe(placement)} is gone ({problem}); the job waits in the queue",
+            job_id=job.id,
+        )
+        return False
+    launch(state, job, placement, target.lease_s)
+    to_nodes = tuple(dict.fromkeys(p.node_id for p in placement))
+    state.emit(
+        "job_migrated",
+        f"{', '.join(target.from_nodes) or '?'} -> {', '.join(to_nodes)}: {target.reason}",
+        job_id=job.id,
+    )
+    return True
+
+
+def resume_pending_migrations(state: ControllerState) -> None:
+    """Settle migration targets a restart (or a lost race) left behind: a SUSPENDED job is
+    resumed on its target or left queued; a target on a job neither suspending nor suspended
+    is dropped."""
+    for job in list(state.jobs.values()):
+        if job.migration_target is None or job.state is JobState.SUSPENDING:
+            continue
+        if job.state is JobState.SUSPENDED:
+            resume_migration(state, job)
+        else:
+            job.migration_target = None
+            state.save_job(job)
 
 
 def _pick_master_port(state: ControllerState, job: Job, master_node: str) -> int:

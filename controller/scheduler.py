@@ -1,17 +1,27 @@
-"""The scheduling cycle: liveness, snapshot, policy, and applying its decision."""
+"""The scheduling cycle: liveness, snapshot, policy, and applying its decision.
+
+A decision is applied in this order: suspensions, migrations, renewals, the suspension of
+expired leases nobody renewed, launches, early stops (``controller.stops``: MLF-C's ``Stop``
+orders, sent only to jobs still STARTING or RUNNING). A job named by an earlier part is left
+alone by the later ones (a migrated job is neither renewed nor expired). Launches and
+migrations whose GPUs were taken meanwhile (or are reserved for a migration) are skipped;
+malformed ones are refused with a logged reason.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
 
 from controller import lifecycle
 from controller.placement import TaskPlacement
-from controller.policy.base import ClusterSnapshot, Decision, Launch, Policy
+from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Policy
 from controller.snapshot import build_snapshot
 from controller.state import LIVE_TASK_STATES, ControllerState
+from controller.stops import StopOrders
 from mlsched.model import JobEstimate, JobSpec, TaskState
 
 log = logging.getLogger(__name__)
@@ -59,10 +69,12 @@ class Scheduler:
         self.policy = policy
         self._disconnect = disconnect
         self.last_decision_s = 0.0
+        self._stops = StopOrders()
 
     def run_cycle(self) -> Decision:
         with self.state.lock:
             self.check_liveness()
+            lifecycle.resume_pending_migrations(self.state)
             snapshot = build_snapshot(self.state)
         started = time.perf_counter()
         decision = self.policy.decide(snapshot)
@@ -97,6 +109,9 @@ class Scheduler:
             if job is not None and job.state.active:
                 lifecycle.suspend(state, job, item.reason)
                 handled.add(job.id)
+        for item in decision.migrate:
+            if item.job_id not in handled and self._migrate(item):
+                handled.add(item.job_id)
         for item in decision.renew:
             job = state.job(item.job_id)
             if job is not None and job.state.active and job.id not in handled:
@@ -109,6 +124,7 @@ class Scheduler:
         for item in decision.launch:
             self._launch(item)
         self._keep_estimates(decision.estimates)
+        self._stops.apply(state, decision.stop)
 
     def _keep_estimates(self, estimates: Mapping[str, JobEstimate]) -> None:
         """Store each estimate on its job (for ``mlsched describe``), in one transaction and
@@ -134,6 +150,8 @@ class Scheduler:
             return
         placement = tuple(sorted(item.placement, key=lambda p: p.rank))
         busy = state.busy_gpus()
+        for node_id, gpus in lifecycle.reserved_gpus(state).items():
+            busy.setdefault(node_id, set()).update(gpus)
         schedulable = {n.id: {g.index for g in n.gpus} for n in state.schedulable_nodes()}
         for p in placement:
             gpus = set(p.gpu_indices)
@@ -146,6 +164,34 @@ class Scheduler:
                 return
             busy.setdefault(p.node_id, set()).update(gpus)
         lifecycle.launch(state, job, placement, item.lease_s)
+
+    def _migrate(self, item: Migrate) -> bool:
+        """Order a migration (``lifecycle.migrate``); True when ordered."""
+        state = self.state
+        job = state.job(item.job_id)
+        if job is None or not job.state.active:
+            state_name = "unknown" if job is None else job.state.value
+            log.info("migration of %s skipped: the job is %s", item.job_id, state_name)
+            return False
+        problem = placement_problem(job.spec, item.placement)
+        if problem is None and not (math.isfinite(item.lease_s) and item.lease_s > 0):
+            problem = f"lease of {item.lease_s} s; it must be a positive number of seconds"
+        placement = tuple(sorted(item.placement, key=lambda p: p.rank))
+        current = tuple(
+            TaskPlacement(t.rank, t.node_id, t.gpu_indices)
+            for t in sorted(state.live_tasks(job.id), key=lambda t: t.rank)
+        )
+        if problem is None and placement == current:
+            problem = "the target is where the job runs now"
+        if problem is not None:
+            log.error("migration of %s refused: %s", job.id, problem)
+            return False
+        taken = lifecycle.unavailable(state, placement, job.id)
+        if taken is not None:
+            log.info("migration of %s skipped: %s", job.id, taken)
+            return False
+        lifecycle.migrate(state, job, placement, item.lease_s, item.reason)
+        return True
 
 
 class SchedulerLoop:

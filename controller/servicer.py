@@ -16,7 +16,11 @@ import grpc
 
 from controller.agent_events import AgentEvents
 from controller.commands import TaskRef, TaskReport
-from controller.dispatch import AgentSessions
+from controller.dispatch import (
+    AgentSessions,
+    migration_request_from_proto,
+    node_load_from_proto,
+)
 from controller.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -244,7 +248,11 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     def _handle(self, node_id: str, request: agent_pb2.AgentSessionRequest) -> None:
         kind = request.WhichOneof("message")
         if kind == "metrics":
-            self._events.heartbeat(node_id, serde.node_metrics_from_proto(request.metrics.node))
+            self._events.heartbeat(
+                node_id,
+                serde.node_metrics_from_proto(request.metrics.node),
+                node_load_from_proto(request.metrics),
+            )
         elif kind == "task_status":
             self._events.task_status(node_id, task_report_from_proto(request.task_status))
             self._on_change()
@@ -259,6 +267,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             )
         elif kind == "logs":
             self._sessions.logs_arrived(request.logs)
+        elif kind == "migration_request":
+            wanted = migration_request_from_proto(request.migration_request)
+            if self._events.migration_requested(node_id, wanted):
+                self._on_change()
         else:
             log.warning("agent %s sent an unexpected %s message", node_id, kind)
 

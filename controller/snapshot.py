@@ -1,11 +1,21 @@
-"""Building the policy's :class:`ClusterSnapshot` from the controller state."""
+"""Building the policy's :class:`ClusterSnapshot` from the controller state.
+
+MLFS' inputs come from the node agents' load reports (``Node.load``, the latest one): a node's
+``utilization`` per resource type and ``gpu_utilization`` per GPU are the agent's shares of its
+capacities; a job's ``resource_usage`` is the sum, per resource type, of the demands its agents
+reported for the live tasks of its current attempt (for a job on several nodes, shares of
+different nodes added up). Both are empty while nothing was reported. ``migration_requested``
+is set while a node agent's request to move the job is pending. GPUs reserved for a migration
+(``lifecycle.reserved_gpus``) are not free.
+"""
 
 from __future__ import annotations
 
+from controller import lifecycle
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, JobView, NodeView
 from controller.state import ControllerState
-from mlsched.model import IterationStop, Job, JobState
+from mlsched.model import IterationStop, Job, JobState, Task
 
 
 def estimated_remaining_s(job: Job) -> float | None:
@@ -24,9 +34,28 @@ def mean_sr_overhead_s(job: Job) -> float | None:
     return sum(job.sr_overheads_s) / len(job.sr_overheads_s)
 
 
+def resource_usage(state: ControllerState, tasks: list[Task]) -> dict[str, float]:
+    """The summed demand the agents reported for these tasks (empty: none reported)."""
+    usage: dict[str, float] = {}
+    for task in tasks:
+        node = state.nodes.get(task.node_id)
+        if node is None or node.load is None:
+            continue
+        for reported in node.load.tasks:
+            if (reported.job_id, reported.rank, reported.attempt) == (
+                task.job_id,
+                task.rank,
+                task.attempt,
+            ):
+                for resource, share in reported.demand.items():
+                    usage[resource] = usage.get(resource, 0.0) + share
+    return usage
+
+
 def job_view(state: ControllerState, job: Job) -> JobView:
     placement: tuple[TaskPlacement, ...] = ()
     attained = job.attained_gpu_s
+    tasks: list[Task] = []
     if job.state.active or job.state in (JobState.SUSPENDING, JobState.CANCELLING):
         tasks = state.live_tasks(job.id)
         placement = tuple(TaskPlacement(t.rank, t.node_id, t.gpu_indices) for t in tasks)
@@ -52,17 +81,24 @@ def job_view(state: ControllerState, job: Job) -> JobView:
         speed_samples=tuple(job.speed_samples),
         metric_history=tuple(job.metric_history),
         sr_overhead_s=mean_sr_overhead_s(job),
+        losses=tuple(job.losses),
+        migration_requested=job.migration_requested_at is not None and job.state.active,
+        resource_usage=resource_usage(state, tasks),
     )
 
 
 def build_snapshot(state: ControllerState) -> ClusterSnapshot:
     """Caller holds ``state.lock``."""
     busy = state.busy_gpus()
+    for node_id, gpus in lifecycle.reserved_gpus(state).items():
+        busy.setdefault(node_id, set()).update(gpus)
     nodes = tuple(
         NodeView(
             id=n.id,
             gpu_indices=tuple(g.index for g in n.gpus),
             free_gpu_indices=tuple(g.index for g in n.gpus if g.index not in busy.get(n.id, ())),
+            utilization=dict(n.load.utilization) if n.load is not None else {},
+            gpu_utilization=dict(n.load.gpu_utilization) if n.load is not None else {},
         )
         for n in state.schedulable_nodes()
     )

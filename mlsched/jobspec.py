@@ -10,6 +10,19 @@ Example::
       - {after: 30m, reward: 100}
       - {after: 45m, reward: 50}
     stop: {iterations: 3000}      # or {metric: accuracy, target: 0.9, max_iterations: 5000}
+    mlfs:                         # optional, MLFS features (every field optional)
+      urgency: 5                  # L^J from 1 (default, least urgent) to 10
+      partitions: [0.5, 0.5]      # S_k / S^J per process (model partition), summing to 1
+      dependencies: [[0, 1]]      # [parent, child] partition indices, a DAG
+      stop_option: opt-stop       # iterations (default) | opt-stop | required-accuracy
+      system_may_switch: true     # under overload MLF-C may switch to a cheaper option
+      required_accuracy: 0.8      # needed by required-accuracy
+
+MLFS choices (§3.1, §3.5): urgency is a number in [1, 10], the range §4.1 draws from (the paper
+allows [0, m], but an urgency of 0 zeroes Eq. 2's ML priority). ``partitions`` has one entry per
+process (``gpus / gpus_per_process``): a process holds one model partition; empty means a plain
+data-parallel job. ``required_accuracy`` is in the units of the metric MLF-C watches: the
+``stop.metric`` of a target-metric job, else ``accuracy`` (a fraction, so within [0, 1]).
 """
 
 from __future__ import annotations
@@ -30,6 +43,8 @@ from mlsched.model import (
     JobClass,
     JobSpec,
     MetricGoal,
+    MlfsSpec,
+    StopOption,
     StoppingCriterion,
     TargetMetricStop,
 )
@@ -49,7 +64,18 @@ _TOP_FIELDS = {
     "stop",
     "max_retries",
     "batch_size",
+    "mlfs",
 }
+_MLFS_FIELDS = (
+    "urgency",
+    "partitions",
+    "dependencies",
+    "stop_option",
+    "system_may_switch",
+    "required_accuracy",
+)
+MIN_URGENCY, MAX_URGENCY = 1.0, 10.0
+_PARTITION_SUM_TOLERANCE = 1e-6
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -102,6 +128,8 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
     batch_size = _int_field(data, "batch_size", problems, default=0, low=0, high=10**7)
     env = _env(data.get("env"), problems)
     working_dir = _working_dir(data.get("working_dir"), base_dir, problems)
+    processes = gpus // per_process if gpus and per_process and not gpus % per_process else 0
+    mlfs = _mlfs(data.get("mlfs"), processes, stopping, problems)
     if problems:
         raise SpecError(problems)
     assert stopping is not None and job_class is not None
@@ -117,6 +145,7 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
         env=env,
         max_retries=max_retries,
         batch_size=batch_size,
+        mlfs=mlfs,
     )
 
 
@@ -138,6 +167,8 @@ def validate_spec(spec: JobSpec) -> None:
     }
     if spec.working_dir:
         document["working_dir"] = spec.working_dir
+    if spec.mlfs != MlfsSpec():
+        document["mlfs"] = mlfs_to_dict(spec.mlfs)
     parse_spec(document)
 
 
@@ -150,6 +181,39 @@ def stopping_to_dict(stopping: StoppingCriterion) -> dict[str, Any]:
         "goal": stopping.goal.value,
         "max_iterations": stopping.max_iterations,
     }
+
+
+def mlfs_to_dict(mlfs: MlfsSpec) -> dict[str, Any]:
+    """The YAML form of an MLFS section, every field spelled out."""
+    return {
+        "urgency": mlfs.urgency,
+        "partitions": list(mlfs.partitions),
+        "dependencies": [[parent, child] for parent, child in mlfs.dependencies],
+        "stop_option": mlfs.stop_option.value,
+        "system_may_switch": mlfs.system_may_switch,
+        "required_accuracy": mlfs.required_accuracy,
+    }
+
+
+def watched_metric(spec: JobSpec) -> tuple[str, MetricGoal]:
+    """The metric MLF-C watches for a job (§3.5): a target-metric job's own metric, else
+    ``accuracy`` (to maximise), the metric the paper's accuracies are."""
+    stop = spec.stopping
+    if isinstance(stop, TargetMetricStop):
+        return stop.metric, stop.goal
+    return "accuracy", MetricGoal.MAXIMIZE
+
+
+def tracked_metric(spec: JobSpec) -> str | None:
+    """The metric whose history the controller keeps for a job: a target-metric job's (the
+    iteration estimator's input), else ``accuracy`` for a job MLF-C may stop early (an option
+    other than (i), or one the system may switch); None for any other job."""
+    mlfs = spec.mlfs
+    if isinstance(spec.stopping, TargetMetricStop) or (
+        mlfs.stop_option is not StopOption.ITERATIONS or mlfs.system_may_switch
+    ):
+        return watched_metric(spec)[0]
+    return None
 
 
 def parse_duration(value: Any) -> float:
@@ -353,3 +417,187 @@ def _working_dir(value: Any, base_dir: Path | None, problems: list[str]) -> str:
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path
     return str(path)
+
+
+def _number(value: Any) -> float | None:
+    """A finite int or float (not a boolean), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _mlfs(
+    value: Any, processes: int, stopping: StoppingCriterion | None, problems: list[str]
+) -> MlfsSpec:
+    """The ``mlfs`` section; ``processes`` is 0 when the GPU fields are already wrong."""
+    if value is None:
+        return MlfsSpec()
+    if not isinstance(value, Mapping):
+        problems.append(f"mlfs: must be a mapping with fields {', '.join(_MLFS_FIELDS)}")
+        return MlfsSpec()
+    before = len(problems)
+    unknown = sorted(set(map(str, value)) - set(_MLFS_FIELDS))
+    if unknown:
+        problems.append(
+            f"mlfs: unknown field(s): {', '.join(unknown)}; valid: {', '.join(_MLFS_FIELDS)}"
+        )
+    urgency = _urgency(value.get("urgency"), problems)
+    partitions = _partitions(value.get("partitions"), processes, problems)
+    dependencies = _dependencies(value.get("dependencies"), len(partitions), problems)
+    option = _stop_option(value.get("stop_option"), problems)
+    may_switch = value.get("system_may_switch", False)
+    if not isinstance(may_switch, bool):
+        problems.append(f"mlfs.system_may_switch: true or false, got {may_switch!r}")
+    required = _required_accuracy(value.get("required_accuracy"), option, stopping, problems)
+    if len(problems) > before:
+        return MlfsSpec()
+    return MlfsSpec(
+        urgency=urgency,
+        partitions=partitions,
+        dependencies=dependencies,
+        stop_option=option,
+        system_may_switch=may_switch,
+        required_accuracy=required,
+    )
+
+
+def _urgency(value: Any, problems: list[str]) -> float:
+    if value is None:
+        return MlfsSpec.urgency
+    urgency = _number(value)
+    if urgency is None or not MIN_URGENCY <= urgency <= MAX_URGENCY:
+        problems.append(
+            f"mlfs.urgency: a number from {MIN_URGENCY:g} (least urgent) to {MAX_URGENCY:g} "
+            f"(most urgent), got {value!r}"
+        )
+        return MlfsSpec.urgency
+    return urgency
+
+
+def _partitions(value: Any, processes: int, problems: list[str]) -> tuple[float, ...]:
+    if value is None or value == []:
+        return ()  # a plain data-parallel job
+    if not isinstance(value, list):
+        problems.append(f"mlfs.partitions: a list of positive shares summing to 1, got {value!r}")
+        return ()
+    shares = [_number(v) for v in value]
+    bad = [i for i, share in enumerate(shares) if share is None or share <= 0]
+    if bad:
+        problems.append(
+            f"mlfs.partitions[{bad[0]}]: a positive number (a share of the model), "
+            f"got {value[bad[0]]!r}"
+        )
+        return ()
+    total = math.fsum(s for s in shares if s is not None)
+    if abs(total - 1.0) > _PARTITION_SUM_TOLERANCE:
+        problems.append(f"mlfs.partitions: the shares must sum to 1, they sum to {total:g}")
+        return ()
+    if processes and len(shares) != processes:
+        problems.append(
+            f"mlfs.partitions: one per process, {processes} (gpus / gpus_per_process); "
+            f"got {len(shares)}"
+        )
+        return ()
+    return tuple(s for s in shares if s is not None)
+
+
+def _dependencies(value: Any, partitions: int, problems: list[str]) -> tuple[tuple[int, int], ...]:
+    if value is None or value == []:
+        return ()
+    if not isinstance(value, list):
+        problems.append(f"mlfs.dependencies: a list of [parent, child] pairs, got {value!r}")
+        return ()
+    if not partitions:
+        problems.append("mlfs.dependencies: needs mlfs.partitions (they are partition indices)")
+        return ()
+    edges: list[tuple[int, int]] = []
+    for i, item in enumerate(value):
+        where = f"mlfs.dependencies[{i}]"
+        if isinstance(item, Mapping) and set(map(str, item)) == {"parent", "child"}:
+            pair = [item["parent"], item["child"]]
+        elif isinstance(item, list) and len(item) == 2:
+            pair = item
+        else:
+            problems.append(f"{where}: a [parent, child] pair of partition indices, got {item!r}")
+            return ()
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in pair):
+            problems.append(f"{where}: partition indices are integers, got {item!r}")
+            return ()
+        parent, child = pair
+        if not (0 <= parent < partitions and 0 <= child < partitions):
+            problems.append(
+                f"{where}: partition indices are 0 to {partitions - 1}, got [{parent}, {child}]"
+            )
+            return ()
+        if parent == child:
+            problems.append(f"{where}: partition {parent} cannot depend on itself")
+            return ()
+        if (parent, child) in edges:
+            problems.append(f"{where}: [{parent}, {child}] is listed twice")
+            return ()
+        edges.append((parent, child))
+    cycle = _find_cycle(edges, partitions)
+    if cycle:
+        problems.append(
+            "mlfs.dependencies: must not form a cycle; found " + " -> ".join(str(n) for n in cycle)
+        )
+        return ()
+    return tuple(edges)
+
+
+def _find_cycle(edges: list[tuple[int, int]], nodes: int) -> list[int]:
+    """A cycle of the directed graph as its nodes (first repeated at the end); [] if none."""
+    children: dict[int, list[int]] = {n: [] for n in range(nodes)}
+    for parent, child in edges:
+        children[parent].append(child)
+    colour = dict.fromkeys(range(nodes), 0)  # 0 unvisited, 1 on the path, 2 done
+    for root in range(nodes):
+        if colour[root]:
+            continue
+        path, stack = [root], [iter(children[root])]
+        colour[root] = 1
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                colour[path.pop()] = 2
+                stack.pop()
+            elif colour[child] == 1:
+                return [*path[path.index(child) :], child]
+            elif colour[child] == 0:
+                colour[child] = 1
+                path.append(child)
+                stack.append(iter(children[child]))
+    return []
+
+
+def _stop_option(value: Any, problems: list[str]) -> StopOption:
+    if value is None:
+        return StopOption.ITERATIONS
+    try:
+        return StopOption(value)
+    except ValueError:
+        valid = ", ".join(o.value for o in StopOption)
+        problems.append(f"mlfs.stop_option: one of {valid}; got {value!r}")
+        return StopOption.ITERATIONS
+
+
+def _required_accuracy(
+    value: Any, option: StopOption, stopping: StoppingCriterion | None, problems: list[str]
+) -> float | None:
+    if value is None:
+        if option is StopOption.REQUIRED:
+            problems.append(
+                f"mlfs.required_accuracy: required with stop_option {StopOption.REQUIRED.value}"
+            )
+        return None
+    required = _number(value)
+    if required is None:
+        problems.append(f"mlfs.required_accuracy: a finite number, got {value!r}")
+        return None
+    if isinstance(stopping, IterationStop) and not 0.0 <= required <= 1.0:
+        problems.append(
+            f"mlfs.required_accuracy: an accuracy between 0 and 1 (the job reports "
+            f"'accuracy' as a fraction), got {value!r}"
+        )
+        return None
+    return required

@@ -89,6 +89,10 @@ class LocalCluster:
     def start_agent(
         self, node_id: str, gpus: int = 2, extra: list[str] | None = None
     ) -> subprocess.Popen[bytes]:
+        """Start an agent; ``extra`` are more ``mlsched agent`` flags (later flags win). Every
+        agent here shares this machine, so each measures its load as its own tasks'
+        (``--load-scope tasks``), against the machine's capacities unless ``extra`` sets them
+        (e.g. ``--cpu-capacity 1``)."""
         state_dir = self.root / node_id
         cmd = [
             *self._mlsched(),
@@ -109,6 +113,8 @@ class LocalCluster:
             str(self.timing.heartbeat_interval_s),
             "--suspend-grace",
             str(self.timing.suspend_grace_s),
+            "--load-scope",
+            "tasks",
             *(extra or []),
         ]
         state_dir.mkdir(parents=True, exist_ok=True)

@@ -230,6 +230,21 @@ class Job:
     # node agent asked to move the job off an overloaded server (None: no request pending).
     losses: tuple[float, ...] = ()
     migration_requested_at: float | None = None
+    # Where a migrating job resumes (set from the Migrate order until that launch).
+    migration_target: MigrationTarget | None = None
+
+
+@dataclass(frozen=True)
+class MigrationTarget:
+    """The placement a job being migrated resumes on (MLFS §3.3.3): ordered with the
+    suspension, its GPUs stay reserved until the job has checkpointed and is launched there.
+    ``placement`` holds ``(rank, node id, GPU indices)`` per task."""
+
+    placement: tuple[tuple[int, str, tuple[int, ...]], ...]
+    lease_s: float
+    reason: str
+    from_nodes: tuple[str, ...] = ()
+    ordered_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -282,6 +297,44 @@ class Node:
     alive: bool
     last_seen: float
     metrics: NodeMetrics | None = None
+    load: NodeLoad | None = None  # the agent's latest load report (not persisted)
+
+
+@dataclass(frozen=True)
+class TaskUsage:
+    """One task's demand as its agent measured it: shares (0-1) of that node's capacities
+    per resource type ("gpu", "cpu", "memory", "bandwidth"), and its busiest GPU."""
+
+    job_id: str
+    rank: int
+    attempt: int
+    demand: dict[str, float]
+    gpu_index: int = 0
+    gpu_utilization: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodeLoad:
+    """A node's load (MLFS §3.3.2) as shares (0-1) of what its agent counts as capacity."""
+
+    utilization: dict[str, float]
+    gpu_utilization: dict[int, float]
+    tasks: tuple[TaskUsage, ...] = ()
+    cpu_cores: float = 0.0
+    memory_bytes: int = 0
+    bandwidth_bytes_per_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class MigrationRequest:
+    """A node agent asks to move a task off its overloaded server (MLFS §3.3.3)."""
+
+    job_id: str
+    rank: int
+    attempt: int
+    server_utilization: dict[str, float]
+    demand: dict[str, float]
+    reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,26 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from mlsched.jobspec import stopping_to_dict
-from mlsched.model import Event, Job, JobEstimate, Node, SpeedSample, Task
+from mlsched.jobspec import mlfs_to_dict, stopping_to_dict
+from mlsched.model import (
+    Event,
+    Job,
+    JobEstimate,
+    JobState,
+    MlfsSpec,
+    Node,
+    SpeedSample,
+    StopOption,
+    Task,
+    TaskState,
+)
+
+_TRAINER_SAYS = "; trainer: "  # how a node agent quotes the trainer's exit reason
+_STOP_OPTIONS = {
+    StopOption.ITERATIONS: "(i) run the iterations asked for",
+    StopOption.OPT_STOP: "(ii) OptStop, stop near the predicted best accuracy",
+    StopOption.REQUIRED: "(iii) stop once the required accuracy is reached",
+}
 
 
 def jct_s(job: Job) -> float | None:
@@ -26,6 +44,17 @@ def task_dict(task: Task) -> dict[str, Any]:
         "exit_code": task.exit_code,
         "message": task.message,
     }
+
+
+def stop_reason(job: Job, tasks: Sequence[Task]) -> str | None:
+    """Why a COMPLETED job stopped, in its rank-0 trainer's words (e.g. ``StopNow: MLF-C:
+    required accuracy 0.8 reached (0.81)``, ``target reached: accuracy=0.9 >= 0.9``); None for
+    other jobs or when the trainer gave no reason."""
+    if job.state is not JobState.COMPLETED:
+        return None
+    rank0 = next((t for t in tasks if t.rank == 0 and t.state is TaskState.COMPLETED), None)
+    said = rank0.message.partition(_TRAINER_SAYS)[2].strip() if rank0 is not None else ""
+    return said or None
 
 
 def mean_sr_overhead_s(job: Job) -> float | None:
@@ -69,6 +98,7 @@ def job_dict(job: Job, tasks: Sequence[Task] = ()) -> dict[str, Any]:
         "gpus": job.spec.gpus,
         "command": list(job.spec.command),
         "stop": stopping_to_dict(job.spec.stopping),
+        "mlfs": mlfs_to_dict(job.spec.mlfs),
         "deadlines": [
             {"after_s": d.seconds_after_submit, "reward": d.reward} for d in job.spec.deadlines
         ],
@@ -86,6 +116,7 @@ def job_dict(job: Job, tasks: Sequence[Task] = ()) -> dict[str, Any]:
         "restored_step": job.restored_step,
         "lease_expires_at": job.lease_expires_at,
         "message": job.message,
+        "stop_reason": stop_reason(job, tasks),
         "resumptions": [
             {
                 "suspended_at": r.suspended_at,
@@ -215,6 +246,8 @@ def nodes_table(nodes: Sequence[tuple[Node, Sequence[int]]]) -> str:
 
 
 _SECTIONS = (
+    "mlfs",
+    "stop_reason",
     "tasks",
     "resumptions",
     "estimate",
@@ -260,6 +293,25 @@ def _estimate_lines(estimate: JobEstimate | None) -> list[str]:
     ]
 
 
+def _mlfs_lines(mlfs: MlfsSpec) -> list[str]:
+    switch = (
+        "the system may switch it under overload"
+        if mlfs.system_may_switch
+        else "not switched by the system"
+    )
+    required = "none" if mlfs.required_accuracy is None else f"{mlfs.required_accuracy:g}"
+    partitions = ", ".join(f"{p:g}" for p in mlfs.partitions) or "none (data parallel)"
+    dependencies = ", ".join(f"{p}->{c}" for p, c in mlfs.dependencies) or "none"
+    return [
+        "mlfs:",
+        f"  urgency: {mlfs.urgency:g}",
+        f"  stop option: {_STOP_OPTIONS[mlfs.stop_option]}; {switch}",
+        f"  required accuracy: {required}",
+        f"  partitions: {partitions}",
+        f"  dependencies: {dependencies}",
+    ]
+
+
 def _observation_lines(job: Job) -> list[str]:
     lines = ["speed samples:"]
     for x in job.speed_samples:
@@ -284,6 +336,9 @@ def _observation_lines(job: Job) -> list[str]:
 def describe(job: Job, tasks: Sequence[Task]) -> str:
     d = job_dict(job, tasks)
     lines = [f"{k}: {v}" for k, v in d.items() if k not in _SECTIONS]
+    if d["stop_reason"] is not None:
+        lines.append(f"stop reason: {d['stop_reason']}")
+    lines.extend(_mlfs_lines(job.spec.mlfs))
     lines.extend(_estimate_lines(job.estimate))
     lines.extend(_observation_lines(job))
     lines.append("resumptions:")

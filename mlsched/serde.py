@@ -14,11 +14,13 @@ from mlsched.model import (
     JobSpec,
     JobState,
     MetricGoal,
+    MlfsSpec,
     Node,
     NodeMetrics,
     Progress,
     ResumeRecord,
     SpeedSample,
+    StopOption,
     StoppingCriterion,
     TargetMetricStop,
     Task,
@@ -35,6 +37,11 @@ _JOB_CLASS = {
 _GOAL = {MetricGoal.MAXIMIZE: pb.METRIC_GOAL_MAXIMIZE, MetricGoal.MINIMIZE: pb.METRIC_GOAL_MINIMIZE}
 _JOB_STATE = {s: pb.JobState.Value(f"JOB_STATE_{s.value}") for s in JobState}
 _TASK_STATE = {s: pb.TaskState.Value(f"TASK_STATE_{s.value}") for s in TaskState}
+_STOP_OPTION = {
+    StopOption.ITERATIONS: pb.STOP_OPTION_ITERATIONS,
+    StopOption.OPT_STOP: pb.STOP_OPTION_OPT_STOP,
+    StopOption.REQUIRED: pb.STOP_OPTION_REQUIRED_ACCURACY,
+}
 
 
 class WireError(ValueError):
@@ -95,7 +102,40 @@ def stopping_from_proto(msg: pb.StoppingCriterion) -> StoppingCriterion:
     raise WireError("stopping criterion is required (iterations or target_metric)")
 
 
+def mlfs_to_proto(mlfs: MlfsSpec) -> pb.MlfsSpec:
+    msg = pb.MlfsSpec(
+        urgency=mlfs.urgency,
+        partitions=list(mlfs.partitions),
+        dependencies=[
+            pb.PartitionDependency(parent=parent, child=child)
+            for parent, child in mlfs.dependencies
+        ],
+        stop_option=_STOP_OPTION[mlfs.stop_option],
+        system_may_switch=mlfs.system_may_switch,
+    )
+    if mlfs.required_accuracy is not None:
+        msg.required_accuracy = mlfs.required_accuracy
+    return msg
+
+
+def mlfs_from_proto(msg: pb.MlfsSpec) -> MlfsSpec:
+    """Zero values are the defaults: urgency 0 is 1, an unspecified option is ITERATIONS."""
+    if msg.stop_option == pb.STOP_OPTION_UNSPECIFIED:
+        option = StopOption.ITERATIONS
+    elif (option := _reverse(_STOP_OPTION).get(msg.stop_option)) is None:
+        raise WireError(f"mlfs.stop_option: unknown value {msg.stop_option}")
+    return MlfsSpec(
+        urgency=msg.urgency or MlfsSpec.urgency,
+        partitions=tuple(msg.partitions),
+        dependencies=tuple((d.parent, d.child) for d in msg.dependencies),
+        stop_option=option,
+        system_may_switch=msg.system_may_switch,
+        required_accuracy=msg.required_accuracy if msg.HasField("required_accuracy") else None,
+    )
+
+
 def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
+    mlfs = None if spec.mlfs == MlfsSpec() else mlfs_to_proto(spec.mlfs)
     return pb.JobSpec(
         name=spec.name,
         command=list(spec.command),
@@ -111,6 +151,7 @@ def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
         stopping=stopping_to_proto(spec.stopping),
         max_retries=spec.max_retries,
         batch_size=spec.batch_size,
+        mlfs=mlfs,
     )
 
 
@@ -132,6 +173,7 @@ def spec_from_proto(msg: pb.JobSpec) -> JobSpec:
         env=tuple(sorted(msg.env.items())),
         max_retries=msg.max_retries,
         batch_size=msg.batch_size,
+        mlfs=mlfs_from_proto(msg.mlfs) if msg.HasField("mlfs") else MlfsSpec(),
     )
 
 

@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from typing import IO
 
 import psutil
@@ -26,6 +27,14 @@ from nodeagent.model import (
     TaskRef,
     TaskStatusInfo,
     TrainerCommand,
+)
+from nodeagent.overload import (
+    Capacity,
+    NodeLoadReport,
+    OverloadDetector,
+    OverloadSettings,
+    machine_capacity,
+    measure_load,
 )
 from nodeagent.tasks import NodeShape, TaskManager
 from nodeagent.trainer_service import TrainerServer
@@ -70,6 +79,9 @@ class NodeAgent:
         self._loop: EventLoop | None = None
         self._node_sampler: NodeMetricsSampler | None = None
         self._task_sampler: TaskMetricsSampler | None = None
+        self._capacity: Capacity | None = None
+        self._detector: OverloadDetector | None = None
+        self.last_load: NodeLoadReport | None = None  # the latest load measured
 
     # ------------------------------------------------------------- lifecycle
 
@@ -119,6 +131,20 @@ class NodeAgent:
             self._tasks.set_trainer_address(self._trainer.start())
             self._node_sampler = NodeMetricsSampler(self._gpus, self._clock)
             self._task_sampler = TaskMetricsSampler(self._gpus, self._clock)
+            self._capacity = machine_capacity(
+                cfg.cpu_capacity, cfg.memory_capacity, cfg.bandwidth_capacity
+            )
+            self._detector = OverloadDetector(
+                cfg.node_id,
+                OverloadSettings(
+                    enabled=cfg.overload_detection,
+                    h_r=cfg.overload_threshold,
+                    p_s=cfg.migration_share,
+                    samples=cfg.overload_samples,
+                    cooldown_s=cfg.migration_cooldown_s,
+                ),
+                self._clock,
+            )
             self._loop = EventLoop(
                 [
                     PeriodicEvent("task-poll", cfg.task_poll_interval_s, self._tasks.poll),
@@ -214,12 +240,42 @@ class NodeAgent:
     # ------------------------------------------------------------- reporting
 
     def _report_metrics(self) -> None:
-        if self._tasks is None or self._node_sampler is None or self._task_sampler is None:
+        """Sample node and tasks, report them with the load, then look for overload."""
+        if (
+            self._tasks is None
+            or self._node_sampler is None
+            or self._task_sampler is None
+            or self._gpus is None
+            or self._capacity is None
+        ):
             return
         node = self._node_sampler.sample(self._tasks.busy_gpus())
-        tasks = self._task_sampler.sample(self._tasks.running())
-        if self._link is not None and self._link.connected:
-            self._link.send_metrics(node, tasks)
+        running = self._tasks.running_tasks()
+        tasks = self._task_sampler.sample([(t.ref, t.pid) for t in running])
+        by_ref = {m.ref: m for m in tasks}
+        load = measure_load(
+            node,
+            [(t, by_ref[t.ref]) for t in running if t.ref in by_ref],
+            self._capacity,
+            scope=self._config.load_scope,
+            virtual_gpus=self._gpus.virtual_indices(),
+        )
+        self.last_load = load
+        link = self._link
+        if link is None or not link.connected:
+            return
+        link.send_metrics(node, tasks, load)
+        if self._detector is None:
+            return
+        for wish in self._detector.observe(load):
+            if link.send_migration_request(wish):
+                self._detector.requested(wish.ref)
+                log.warning(
+                    "asked the controller to migrate task %s (demand %s): %s",
+                    wish.ref,
+                    _shares(wish.demand),
+                    wish.reason,
+                )
 
     def _registration(self) -> Registration:
         assert self._tasks and self._gpus
@@ -239,6 +295,10 @@ class NodeAgent:
         if heartbeat_interval_s > 0 and self._loop is not None:
             interval = min(self._config.metrics_interval_s, heartbeat_interval_s)
             self._loop.set_interval("metrics", interval)
+
+
+def _shares(values: Mapping[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in values.items())
 
 
 class _LinkEvents:

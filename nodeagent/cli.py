@@ -101,6 +101,92 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="where trainers reach the agent (default: 127.0.0.1:0, any free port)",
     )
+    load = parser.add_argument_group(
+        "load and overload (MLFS)",
+        "The node's load is reported as shares of these capacities; when a resource type or a "
+        "GPU stays above the threshold, the agent asks the controller to move the tasks MLFS' "
+        "Euclidean rule picks.",
+    )
+    load.add_argument(
+        "--cpu-capacity",
+        dest="agent_cpu_capacity",
+        type=float,
+        metavar="CORES",
+        help="cores counted as 100%% CPU (default: every CPU of the machine)",
+    )
+    load.add_argument(
+        "--memory-capacity",
+        dest="agent_memory_capacity",
+        type=_byte_count,
+        metavar="BYTES",
+        help="bytes counted as 100%% memory (default: the machine's memory)",
+    )
+    load.add_argument(
+        "--bandwidth-capacity",
+        dest="agent_bandwidth_capacity",
+        type=float,
+        metavar="BYTES_PER_S",
+        help="bytes/s counted as 100%% network (default: the summed speed of the links that "
+        "are up; none known: the network share is 0)",
+    )
+    load.add_argument(
+        "--load-scope",
+        dest="agent_load_scope",
+        choices=("machine", "tasks"),
+        default="machine",
+        help="what the node's load is: the whole machine's (default, one agent per server) or "
+        "this agent's tasks only (several agents sharing one machine)",
+    )
+    load.add_argument(
+        "--overload-threshold",
+        dest="agent_overload_threshold",
+        type=float,
+        default=0.9,
+        metavar="H_R",
+        help="share above which a resource type or GPU is overloaded (default: 0.9)",
+    )
+    load.add_argument(
+        "--migration-share",
+        dest="agent_migration_share",
+        type=float,
+        default=0.1,
+        metavar="P_S",
+        help="while a GPU is overloaded, pick only among this lowest-priority share of the "
+        "tasks on overloaded GPUs (default: 0.1)",
+    )
+    load.add_argument(
+        "--overload-samples",
+        dest="agent_overload_samples",
+        type=int,
+        default=3,
+        metavar="N",
+        help="consecutive overloaded metrics samples before asking (default: 3)",
+    )
+    load.add_argument(
+        "--migration-cooldown",
+        dest="agent_migration_cooldown",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="before the same task may be asked for again (default: 60)",
+    )
+    load.add_argument(
+        "--no-overload-detection",
+        dest="agent_overload_detection",
+        action="store_false",
+        help="report the load but never ask for migrations",
+    )
+
+
+def _byte_count(text: str) -> int:
+    """An integer number of bytes (``1.5e9`` is accepted)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}")
+    return int(value)
 
 
 def add_agent_command(subparsers: Any) -> None:
@@ -148,6 +234,15 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         metrics_interval_s=args.agent_metrics_interval,
         suspend_grace_s=args.agent_suspend_grace,
         trainer_listen=args.agent_trainer_listen,
+        cpu_capacity=args.agent_cpu_capacity,
+        memory_capacity=args.agent_memory_capacity,
+        bandwidth_capacity=args.agent_bandwidth_capacity,
+        load_scope=args.agent_load_scope,
+        overload_detection=args.agent_overload_detection,
+        overload_threshold=args.agent_overload_threshold,
+        migration_share=args.agent_migration_share,
+        overload_samples=args.agent_overload_samples,
+        migration_cooldown_s=args.agent_migration_cooldown,
     )
     if args.agent_node_id:
         config.node_id = args.agent_node_id

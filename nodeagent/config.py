@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from dataclasses import dataclass, field
@@ -48,6 +49,16 @@ class AgentConfig:
         reconnect_max_s: cap of the exponential reconnect backoff.
         progress_min_interval_s: at most one ProgressReport per task per this interval.
         task_poll_interval_s: how often task processes are checked for exits and escalations.
+        cpu_capacity: cores counted as 100% CPU (None: every CPU of the machine).
+        memory_capacity: bytes counted as 100% memory (None: the machine's memory).
+        bandwidth_capacity: bytes/s counted as 100% network (None: the summed link speed).
+        load_scope: ``machine`` (the node's load is the whole machine's) or ``tasks`` (only this
+            agent's tasks: for several agents sharing one machine).
+        overload_detection: look for overload and ask the controller to migrate tasks (MLFS).
+        overload_threshold: h_r, the share above which a resource type or GPU is overloaded.
+        migration_share: p_s, the lowest-priority share of tasks on overloaded GPUs to pick from.
+        overload_samples: consecutive overloaded samples (metrics reports) before asking.
+        migration_cooldown_s: before the same task may be asked for again.
     """
 
     controller: str
@@ -65,6 +76,15 @@ class AgentConfig:
     reconnect_max_s: float = 30.0
     progress_min_interval_s: float = 1.0
     task_poll_interval_s: float = 0.2
+    cpu_capacity: float | None = None
+    memory_capacity: int | None = None
+    bandwidth_capacity: float | None = None
+    load_scope: str = "machine"
+    overload_detection: bool = True
+    overload_threshold: float = 0.9
+    migration_share: float = 0.1
+    overload_samples: int = 3
+    migration_cooldown_s: float = 60.0
 
     def validate(self) -> None:
         """Raise ConfigError when a setting is unusable."""
@@ -84,6 +104,20 @@ class AgentConfig:
             raise ConfigError("reconnect_max_s must be >= reconnect_initial_s")
         if not self.trainer_listen or ":" not in self.trainer_listen:
             raise ConfigError("trainer_listen must be host:port")
+        for name in ("cpu_capacity", "memory_capacity", "bandwidth_capacity"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be > 0")
+        if self.load_scope not in ("machine", "tasks"):
+            raise ConfigError("load_scope must be 'machine' or 'tasks'")
+        if not 0 < self.overload_threshold <= 1:
+            raise ConfigError("overload_threshold (h_r) must be in (0, 1]")
+        if not 0 < self.migration_share <= 1:
+            raise ConfigError("migration_share (p_s) must be in (0, 1]")
+        if self.overload_samples < 1:
+            raise ConfigError("overload_samples must be >= 1")
+        if not self.migration_cooldown_s >= 0:
+            raise ConfigError("migration_cooldown_s must be >= 0")
 
     def paths(self) -> AgentPaths:
         """The file layout, with the documented defaults filled in."""

@@ -25,6 +25,7 @@ from nodeagent.model import (
     TaskStatusInfo,
     TrainerCommand,
 )
+from nodeagent.overload import MigrationWish, NodeLoadReport
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,15 @@ class ControllerLink:
         """Relay a progress report."""
         self.send(convert.progress_request(ref, progress), droppable=True)
 
-    def send_metrics(self, node: NodeMetrics, tasks: list[TaskMetrics]) -> bool:
-        """Send a MetricsReport (the heartbeat)."""
-        return self.send(convert.metrics_request(node, tasks), droppable=True)
+    def send_metrics(
+        self, node: NodeMetrics, tasks: list[TaskMetrics], load: NodeLoadReport | None = None
+    ) -> bool:
+        """Send a MetricsReport (the heartbeat), with the node's load when measured."""
+        return self.send(convert.metrics_request(node, tasks, load), droppable=True)
+
+    def send_migration_request(self, wish: MigrationWish) -> bool:
+        """Ask the controller to move a task off this overloaded node; False when not sent."""
+        return self.send(convert.migration_request(wish))
 
     # ------------------------------------------------------------ lifecycle
 

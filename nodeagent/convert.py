@@ -23,6 +23,7 @@ from nodeagent.model import (
     TaskStatusInfo,
     TrainerCommand,
 )
+from nodeagent.overload import MigrationWish, NodeLoadReport
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +152,51 @@ def registration_to_pb(r: Registration) -> agent_pb2.RegisterAgent:
     )
 
 
-def metrics_request(node: NodeMetrics, tasks: list[TaskMetrics]) -> agent_pb2.AgentSessionRequest:
-    """A MetricsReport session message."""
+def metrics_request(
+    node: NodeMetrics, tasks: list[TaskMetrics], load: NodeLoadReport | None = None
+) -> agent_pb2.AgentSessionRequest:
+    """A MetricsReport session message (with the node's load when measured)."""
     report = agent_pb2.MetricsReport(
         node=node_metrics_to_pb(node), tasks=[task_metrics_to_pb(t) for t in tasks]
     )
+    if load is not None:
+        report.load.CopyFrom(node_load_to_pb(load))
     return agent_pb2.AgentSessionRequest(metrics=report)
+
+
+def node_load_to_pb(load: NodeLoadReport) -> agent_pb2.NodeLoad:
+    """The node's load shares, capacities and task demands."""
+    capacity = load.capacity
+    return agent_pb2.NodeLoad(
+        utilization=dict(load.utilization),
+        gpu_utilization=dict(load.gpu_utilization),
+        capacity=agent_pb2.NodeCapacity(
+            cpu_cores=capacity.cpu_cores,
+            memory_bytes=capacity.memory_bytes,
+            bandwidth_bytes_per_s=capacity.bandwidth_bytes_per_s,
+        ),
+        tasks=[
+            agent_pb2.TaskLoad(
+                task=task_ref_to_pb(t.ref),
+                demand=dict(t.demand),
+                gpu_index=t.gpu_index if t.gpu_index is not None else 0,
+                gpu_utilization=t.gpu_utilization,
+            )
+            for t in load.tasks
+        ],
+    )
+
+
+def migration_request(wish: MigrationWish) -> agent_pb2.AgentSessionRequest:
+    """A MigrationRequest session message."""
+    return agent_pb2.AgentSessionRequest(
+        migration_request=agent_pb2.MigrationRequest(
+            task=task_ref_to_pb(wish.ref),
+            server_utilization=dict(wish.server_utilization),
+            demand=dict(wish.demand),
+            reason=wish.reason,
+        )
+    )
 
 
 def status_request(status: TaskStatusInfo) -> agent_pb2.AgentSessionRequest:

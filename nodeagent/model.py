@@ -130,6 +130,17 @@ class TaskMetrics:
 
 
 @dataclass(frozen=True)
+class RunningTask:
+    """A running task attempt as the load measurement needs it (``overload.py``)."""
+
+    ref: TaskRef
+    pid: int
+    gpu_indices: tuple[int, ...]
+    launched_at: float  # unix time; the priority stand-in (older: lower)
+    movable: bool = True  # False once asked to suspend, stop or die
+
+
+@dataclass(frozen=True)
 class SuspendCommand:
     """Ask the trainer to checkpoint at the next step and exit."""
 

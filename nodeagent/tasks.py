@@ -27,6 +27,7 @@ from nodeagent.model import (
     LaunchRequest,
     LogsResult,
     ProgressInfo,
+    RunningTask,
     StopCommand,
     SuspendCommand,
     TaskRef,
@@ -414,6 +415,21 @@ class TaskManager:
         """``(task, pid)`` of every running attempt."""
         with self._lock:
             return [(ref, t.process.pid) for ref, t in self._live.items()]
+
+    def running_tasks(self) -> list[RunningTask]:
+        """Every running attempt with its GPUs and start; ``movable`` unless it is being
+        suspended, stopped or killed."""
+        with self._lock:
+            out = []
+            for ref, task in sorted(self._live.items()):
+                r = task.record
+                leaving = r.suspend_requested or r.kill_requested or bool(r.stop_reason)
+                out.append(
+                    RunningTask(
+                        ref, task.process.pid, tuple(r.gpu_indices), r.launched_at, not leaving
+                    )
+                )
+            return out
 
     def busy_gpus(self) -> set[int]:
         """GPU indices held by running attempts."""

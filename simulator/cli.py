@@ -15,7 +15,13 @@ from simulator.metrics import compute_metrics
 from simulator.report import format_table, plot, write_json
 from simulator.trace import ColumnMapping, TraceError, load_csv, load_philly
 from simulator.types import SimResult, TraceJob
-from simulator.workload import assign_slo, assign_stopping, scale_density
+from simulator.workload import (
+    MODEL_PARALLEL_FRACTION,
+    assign_mlfs_features,
+    assign_slo,
+    assign_stopping,
+    scale_density,
+)
 
 
 def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
@@ -86,6 +92,19 @@ def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
         default=0.0,
         help="fraction of jobs that stop at a target metric (paper: 0.2)",
     )
+    p.add_argument(
+        "--mlfs-features",
+        action="store_true",
+        help="give jobs MLFS features: urgency, model-parallel graphs, required accuracy, "
+        "per-task CPU/memory/bandwidth load (server overload) and communication volumes",
+    )
+    p.add_argument(
+        "--mlfs-model-parallel",
+        type=float,
+        default=MODEL_PARALLEL_FRACTION,
+        help="with --mlfs-features: fraction of multi-GPU jobs that are model-parallel "
+        "[%(default)s]",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=int, help="only the first N jobs")
     p.add_argument("--json", type=Path, dest="json_path", help="write metrics JSON here")
@@ -124,7 +143,9 @@ def parse_policies(text: str) -> list[str]:
     return names
 
 
-def load_workload(args: argparse.Namespace) -> list[TraceJob]:
+def load_workload(args: argparse.Namespace, model: TraceJobModel | None = None) -> list[TraceJob]:
+    """The trace with the workload steps the flags ask for; ``model`` gives the accuracies
+    the MLFS required accuracy is drawn from (none without it)."""
     if args.format == "philly":
         jobs = load_philly(args.trace, zero_gpu=args.zero_gpu)
     else:
@@ -143,6 +164,13 @@ def load_workload(args: argparse.Namespace) -> list[TraceJob]:
         jobs = assign_slo(jobs, rng, float(strict), float(soft or 0))
     if args.performance_fraction:
         jobs = assign_stopping(jobs, rng, args.performance_fraction)
+    if getattr(args, "mlfs_features", False):
+        jobs = assign_mlfs_features(
+            jobs,
+            rng,
+            model_parallel_fraction=args.mlfs_model_parallel,
+            accuracy_at=None if model is None else model.metric_at,
+        )
     return jobs
 
 
@@ -164,8 +192,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         if args.ablations:
             policies += [name for name in UNISCHED_ABLATIONS if name not in policies]
         shape = parse_cluster(args.cluster)
-        jobs = load_workload(args)
         model = job_model(args)
+        jobs = load_workload(args, model)
         model.check_jobs(jobs)
     except (TraceError, UnknownModel, ValueError, OSError) as exc:
         print(f"mlsched simulate: {exc}", file=sys.stderr)

@@ -16,7 +16,12 @@ Policies see what a live controller would have measured by then: the iteration t
 allocation shape a job has trained on, the mean suspend + resume overhead of its past
 resumptions and, for performance-based jobs, the accuracy history of the points of a fixed
 iteration grid already passed (see ``docs/simulator.md``, *Observations*).
-Deterministic: no randomness, ties broken by insertion order.
+
+MLFS (``docs/simulator.md``, *MLFS features*): jobs with a :class:`ResourceDemand` load their
+servers; nodes report the resulting utilisation, a job on a server loaded beyond its capacity
+(some resource type above 1) is slowed by that excess, cross-server traffic is counted, and
+``Decision.migrate`` / ``Decision.stop`` are carried out. Without demands none of this costs
+anything. Deterministic: no randomness, ties broken by insertion order.
 """
 
 from __future__ import annotations
@@ -24,21 +29,23 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from types import MappingProxyType
 
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, JobView, NodeView, Policy
+from controller.policy.mlfs.jobs import task_graph
 from mlsched.model import (
     IterationStop,
     JobSpec,
     JobState,
     MetricGoal,
+    MlfsSpec,
     SpeedSample,
     TargetMetricStop,
 )
-from simulator.types import JobModel, JobRecord, SimResult, TraceJob
+from simulator.types import RESOURCES, JobModel, JobRecord, SimResult, TraceJob
 
 _ARRIVE, _RELEASE, _FINISH = 0, 1, 2
 _EPS = 1e-6
@@ -88,11 +95,16 @@ class _Job:
     __slots__ = (
         "attempt",
         "attempt_start",
+        "base_speed",
+        "cross_mb",
+        "deadline_at",
+        "factor",
         "fields",
         "gpus",
         "grid",
         "history",
         "iteration_scale",
+        "losses_at",
         "next_point",
         "passed",
         "placement",
@@ -128,7 +140,8 @@ class _Job:
         self.iteration_scale = budget / full if full > 0 else 0.0
         # (work seconds, iteration) of each point of the accuracy history, in order
         self.grid: tuple[tuple[float, int], ...] = ()
-        if isinstance(stopping, TargetMetricStop):
+        # MLFS jobs report their accuracy too, whatever their stopping criterion (MLF-C, §3.5)
+        if isinstance(stopping, TargetMetricStop) or trace.mlfs is not None:
             points, last = [], 0
             for k in range(1, HISTORY_POINTS + 1):
                 iteration = round(k * budget / HISTORY_POINTS)
@@ -146,6 +159,7 @@ class _Job:
             stopping=stopping,
             job_class=trace.job_class,
             deadlines=trace.deadlines,
+            mlfs=trace.mlfs or MlfsSpec(),
         )
         self.record = JobRecord(job=trace)
         self.fields: dict[str, object] = {
@@ -168,6 +182,9 @@ class _Job:
             "speed_samples": (),
             "metric_history": (),
             "sr_overhead_s": None,
+            "losses": (),
+            "migration_requested": False,
+            "resource_usage": _NO_METRICS,
         }
         self.state = JobState.PENDING
         self.work = work
@@ -176,6 +193,12 @@ class _Job:
         self.shape = (trace.gpus, 1)  # (GPUs, nodes) of the current (or last) attempt
         self.placement: tuple[TaskPlacement, ...] = ()
         self.speed = 1.0
+        self.base_speed = 1.0  # the job model's speed for the allocation, before any slowdown
+        self.factor = 1.0  # overload slowdown: speed = base_speed * factor
+        self.cross_mb = 0.0  # MB sent between servers per iteration on the current placement
+        self.losses_at = 0  # iteration of the losses last put in the view
+        first = min((d.seconds_after_submit for d in trace.deadlines), default=None)
+        self.deadline_at = None if first is None else trace.submit_s + first
         self.progress_from = 0.0  # when progress (re)starts after the resume overhead
         self.attempt_start = 0.0
         self.version = 0
@@ -219,6 +242,12 @@ class Simulation:
         self._all_gpus = tuple(range(shape.gpus_per_node))
         self._node_views: dict[str, NodeView] = {}
         self._dirty_nodes: set[str] = set(self._free)
+        # MLFS load model, only when some job has a resource demand: progressing jobs per node
+        # (job -> its tasks there), the summed load per resource type, the load of each GPU.
+        self._loads_on = any(j.demand is not None for j in jobs)
+        self._on_node: dict[str, dict[str, tuple[_Job, int]]] = {n: {} for n in self._free}
+        self._load: dict[str, tuple[float, ...]] = {n: (0.0,) * len(RESOURCES) for n in self._free}
+        self._gpu_load: dict[str, dict[int, float]] = {n: {} for n in self._free}
         self._indices = {j.trace.id: i for i, j in enumerate(self._jobs)}
         if len(self._indices) != len(self._jobs):
             raise ValueError("job ids in a trace must be unique")
@@ -326,9 +355,21 @@ class Simulation:
     def _snapshot(self) -> ClusterSnapshot:
         now = self._now
         for node_id in self._dirty_nodes:
-            self._node_views[node_id] = NodeView(
-                node_id, self._all_gpus, tuple(sorted(self._free[node_id]))
-            )
+            if self._loads_on:
+                # what an agent measures: each share capped at the capacity (MLFS §3.3.2 u_m)
+                load = zip(RESOURCES, self._load[node_id], strict=True)
+                gpu_load = self._gpu_load[node_id]
+                self._node_views[node_id] = NodeView(
+                    node_id,
+                    self._all_gpus,
+                    tuple(sorted(self._free[node_id])),
+                    MappingProxyType({r: min(1.0, u) for r, u in load}),
+                    MappingProxyType({g: gpu_load.get(g, 0.0) for g in self._all_gpus}),
+                )
+            else:
+                self._node_views[node_id] = NodeView(
+                    node_id, self._all_gpus, tuple(sorted(self._free[node_id]))
+                )
         self._dirty_nodes.clear()
         nodes = tuple(self._node_views.values())
         return ClusterSnapshot(
@@ -365,8 +406,11 @@ class Simulation:
             done = job.work - remaining
             if done >= job.next_point:
                 self._pass_points(job, done)
+            iteration = int(done * job.iteration_scale + _ITERATION_EPS)
+            if job.trace.mlfs is not None and iteration != job.losses_at:
+                self._update_losses(job, iteration)
             values.update(job.fields)
-            values["iteration"] = int(done * job.iteration_scale + _ITERATION_EPS)
+            values["iteration"] = iteration
         else:
             values.update(job.fields)
             remaining = job.remaining
@@ -389,6 +433,25 @@ class Simulation:
             )
         job.fields["speed_samples"] = tuple(job.samples.values())
 
+    def _update_losses(self, job: _Job, iteration: int) -> None:
+        """``losses`` as a trainer reports them: the loss after the first, the previous and the
+        latest finished iteration, loss = 1 - accuracy of the learning curve (MLFS Eq. 2 reads
+        δl_{I-1} and Σ δl_j from them)."""
+        job.losses_at = iteration
+        scale = job.iteration_scale * job.work
+        if iteration < 1 or scale <= 0:
+            job.fields["losses"] = ()
+            return
+        points = (1, iteration - 1, iteration) if iteration >= 2 else (1,)
+        losses = []
+        for i in points:
+            accuracy = self._model.metric_at(job.trace, i / scale)
+            if accuracy is None:
+                job.fields["losses"] = ()
+                return
+            losses.append(1.0 - accuracy)
+        job.fields["losses"] = tuple(losses)
+
     def _pass_points(self, job: _Job, done: float) -> None:
         """Add the history points at or before ``done`` work seconds (accuracy from the model
         at that fraction of the job's work)."""
@@ -407,11 +470,24 @@ class Simulation:
 
     def _apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
         handled: set[str] = set()
+        for item in decision.stop:
+            job = self._active.get(item.job_id)
+            if job is not None:
+                self._stop(job)
+                handled.add(item.job_id)
         for item in decision.suspend:
             job = self._active.get(item.job_id)
             if job is not None:
                 self._suspend(job)
                 handled.add(job.trace.id)
+        for item in decision.migrate:
+            job = self._active.get(item.job_id)
+            gpus = 0 if job is None or item.job_id in handled else self._fits(item.placement, job)
+            if job is not None and gpus:
+                self._migrate(job, item.placement, item.lease_s, gpus)
+                handled.add(item.job_id)
+            else:
+                self._result.refused_migrations += 1
         for item in decision.renew:
             job = self._active.get(item.job_id)
             if job is not None and item.job_id not in handled:
@@ -430,20 +506,22 @@ class Simulation:
                 self._result.refused_launches += 1
 
     def _fits(self, placement: tuple[TaskPlacement, ...], job: _Job) -> int:
-        """The GPU count of ``placement`` if the job may launch on it, else 0: between one
-        process and the requested count, whole processes per task, every GPU free and named
-        once."""
+        """The GPU count of ``placement`` if the job may launch (or, active, move) onto it, else
+        0: between one process and the requested count, whole processes per task, every GPU
+        named once and free (or, for a move, held by the job itself)."""
         per_process = job.spec.gpus_per_process
         count = 0
         taken: set[tuple[str, int]] = set()
+        own = {(p.node_id, g) for p in job.placement for g in p.gpu_indices}
         for p in placement:
             free = self._free.get(p.node_id)
             if free is None or not p.gpu_indices or len(p.gpu_indices) % per_process:
                 return 0
             for gpu in p.gpu_indices:
-                if gpu not in free or (p.node_id, gpu) in taken:
+                key = (p.node_id, gpu)
+                if (gpu not in free and key not in own) or key in taken:
                     return 0
-                taken.add((p.node_id, gpu))
+                taken.add(key)
             count += len(p.gpu_indices)
         return count if count <= job.trace.gpus else 0
 
@@ -454,6 +532,7 @@ class Simulation:
         now = self._now
         if now < job.trace.submit_s - _EPS:
             raise InvariantViolation(f"{job.trace.id} runs before its submission")
+        self._note_deadline(job)
         for p in placement:
             self._free[p.node_id].difference_update(p.gpu_indices)
             self._dirty_nodes.add(p.node_id)
@@ -479,7 +558,7 @@ class Simulation:
         job.gpus = gpus
         job.shape = (gpus, nodes)
         job.unobserved = True
-        job.speed = max(self._model.speed(job.trace, gpus, nodes), _EPS)
+        job.base_speed = job.speed = max(self._model.speed(job.trace, gpus, nodes), _EPS)
         job.attempt_start = now
         job.progress_from = now + overhead
         fields["state"] = JobState.RUNNING
@@ -487,6 +566,8 @@ class Simulation:
         fields["placement"] = placement
         fields["running_since"] = now
         fields["lease_expires_at"] = now + lease_s
+        if self._loads_on:
+            self._occupy(job)
         finish = job.progress_from + job.remaining / job.speed
         self._push(finish, _FINISH, self._index(job), job.version)
 
@@ -494,7 +575,8 @@ class Simulation:
         now = self._now
         if job.unobserved and now > job.progress_from:
             self._observe(job)
-        job.remaining = remaining = job.remaining_at(now)
+        self._settle(job)
+        remaining = job.remaining
         done = job.work - remaining
         if done >= job.next_point:
             self._pass_points(job, done)
@@ -505,9 +587,13 @@ class Simulation:
         fields["state"] = JobState.SUSPENDING
         fields["suspensions"] = job.record.suspensions
         fields["lease_expires_at"] = None
-        fields["iteration"] = job.iteration_at(remaining)
+        fields["iteration"] = iteration = job.iteration_at(remaining)
+        if job.trace.mlfs is not None and iteration != job.losses_at:
+            self._update_losses(job, iteration)
         del self._active[job.trace.id]
         self._releasing[job.trace.id] = job
+        if self._loads_on:
+            self._vacate(job)
         job.sr_pending = self._model.suspend_s(job.trace, job.gpus)
         self._push(now + job.sr_pending, _RELEASE, self._index(job), job.version)
 
@@ -530,16 +616,194 @@ class Simulation:
             raise InvariantViolation(f"{job.trace.id} finished with work left")
         if job.unobserved and now > job.progress_from:
             self._observe(job)
+        self._settle(job)
         job.remaining = 0.0
+        self._end(job, self._model.metric_at(job.trace, 1.0))
+
+    def _stop(self, job: _Job) -> None:
+        """End the job now, COMPLETED at its current progress (MLF-C, MLFS §3.5)."""
+        if job.unobserved and self._now > job.progress_from:
+            self._observe(job)
+        self._settle(job)
+        job.version += 1  # its pending finish no longer happens
+        job.record.stopped = True
+        self._end(job, self._accuracy(job, job.remaining))
+
+    def _end(self, job: _Job, accuracy: float | None) -> None:
+        if self._loads_on:
+            self._vacate(job)
         self._free_gpus(job)
         del self._active[job.trace.id]
         job.state = JobState.COMPLETED
         job.fields["state"] = JobState.COMPLETED
-        job.record.end_s = now
-        job.record.final_metric = self._model.metric_at(job.trace, 1.0)
+        job.record.end_s = self._now
+        job.record.final_metric = accuracy
+        if job.record.accuracy_by_deadline is None:  # no deadline, or ended by it
+            job.record.accuracy_by_deadline = accuracy
         self._done += 1
         if self._progress is not None:
             self._progress(self._done, len(self._jobs))
+
+    def _migrate(
+        self, job: _Job, placement: tuple[TaskPlacement, ...], lease_s: float, gpus: int
+    ) -> None:
+        """Move a running job (MLFS §3.3.3): checkpoint, release its GPUs, resume on
+        ``placement`` at once; progress pauses for the suspend and resume overheads."""
+        now = self._now
+        if job.unobserved and now > job.progress_from:
+            self._observe(job)
+        self._settle(job)
+        if self._loads_on:
+            self._vacate(job)
+        old_gpus = job.gpus
+        self._free_gpus(job)
+        for p in placement:
+            self._free[p.node_id].difference_update(p.gpu_indices)
+            self._dirty_nodes.add(p.node_id)
+        self._set_busy(self._busy + gpus)
+        nodes = len({p.node_id for p in placement})
+        record = job.record
+        record.migrations += 1
+        record.nodes_used = max(record.nodes_used, nodes)
+        overhead = self._model.suspend_s(job.trace, old_gpus) + self._model.resume_s(
+            job.trace, gpus
+        )
+        job.sr_total += overhead
+        job.sr_count += 1
+        job.attempt += 1
+        job.version += 1
+        job.placement = placement
+        job.gpus = gpus
+        job.shape = (gpus, nodes)
+        job.unobserved = True
+        job.base_speed = job.speed = max(self._model.speed(job.trace, gpus, nodes), _EPS)
+        job.attempt_start = now
+        job.progress_from = now + overhead
+        fields = job.fields
+        fields["sr_overhead_s"] = job.sr_total / job.sr_count
+        fields["attempt"] = job.attempt
+        fields["placement"] = placement
+        fields["running_since"] = now
+        fields["lease_expires_at"] = now + lease_s
+        if self._loads_on:
+            self._occupy(job)
+        finish = job.progress_from + job.remaining / job.speed
+        self._push(finish, _FINISH, self._index(job), job.version)
+
+    # --- MLFS: progress accounting, load and slowdown -----------------------------------------
+    def _settle(self, job: _Job) -> None:
+        """Bring a job's remaining work up to now before its progress changes course: the
+        accuracy at its deadline if that passed, and the traffic it sent between servers."""
+        self._note_deadline(job)
+        if job.state is not _RUNNING:
+            return
+        remaining = job.remaining_at(self._now)
+        if job.cross_mb:
+            iterations = (job.remaining - remaining) * job.iteration_scale
+            job.record.bandwidth_gb += iterations * job.cross_mb / 1000.0
+        job.remaining = remaining
+        job.progress_from = max(job.progress_from, self._now)
+
+    def _note_deadline(self, job: _Job) -> None:
+        """Record the accuracy reached by the job's earliest deadline once that has passed;
+        called before every change of course, so the current segment holds the deadline."""
+        at = job.deadline_at
+        if at is None or self._now < at or job.record.accuracy_by_deadline is not None:
+            return
+        remaining = job.remaining_at(at) if job.state is _RUNNING else job.remaining
+        job.record.accuracy_by_deadline = self._accuracy(job, remaining)
+
+    def _accuracy(self, job: _Job, remaining: float) -> float | None:
+        """The model's accuracy with ``remaining`` work seconds left."""
+        fraction = (job.work - remaining) / job.work if job.work > 0 else 1.0
+        return self._model.metric_at(job.trace, fraction)
+
+    def _occupy(self, job: _Job) -> None:
+        """Add a launched (or moved) job's load to its nodes, price its cross-server traffic
+        and apply the slowdown of overloaded nodes to it and its neighbours."""
+        per_node: dict[str, int] = {}
+        for p in job.placement:
+            per_node[p.node_id] = per_node.get(p.node_id, 0) + 1
+        demand = job.trace.demand
+        for node_id, tasks in per_node.items():
+            self._on_node[node_id][job.trace.id] = (job, tasks)
+            if demand is not None:
+                gpu_load = self._gpu_load[node_id]
+                for p in job.placement:
+                    if p.node_id == node_id:
+                        for g in p.gpu_indices:
+                            gpu_load[g] = demand.gpu
+        job.cross_mb = self._cross_mb(job) if demand is not None else 0.0
+        usage: dict[str, float] = {}
+        if demand is not None:
+            shares = demand.shares(job.spec.gpus_per_process, len(self._all_gpus))
+            tasks = len(job.placement)
+            usage = {r: share * tasks for r, share in zip(RESOURCES, shares, strict=True)}
+        job.fields["resource_usage"] = MappingProxyType(usage)
+        self._reload(per_node, moved=job)
+
+    def _vacate(self, job: _Job) -> None:
+        """Remove a job's load from its nodes (it stopped progressing)."""
+        nodes = {p.node_id for p in job.placement}
+        for node_id in nodes:
+            self._on_node[node_id].pop(job.trace.id, None)
+            gpu_load = self._gpu_load[node_id]
+            for p in job.placement:
+                if p.node_id == node_id:
+                    for g in p.gpu_indices:
+                        gpu_load.pop(g, None)
+        self._reload(nodes)
+
+    def _reload(self, nodes: Iterable[str], moved: _Job | None = None) -> None:
+        """Re-sum the load of ``nodes`` and re-time every job on them whose slowdown changed;
+        ``moved`` (just placed there) only gets its new speed: its caller times it."""
+        gpus_per_node = len(self._all_gpus)
+        affected: dict[str, _Job] = {}
+        for node_id in nodes:
+            sums = [0.0] * len(RESOURCES)
+            for job, tasks in self._on_node[node_id].values():
+                affected[job.trace.id] = job
+                demand = job.trace.demand
+                if demand is not None:
+                    shares = demand.shares(job.spec.gpus_per_process, gpus_per_node)
+                    for i, share in enumerate(shares):
+                        sums[i] += share * tasks
+            self._load[node_id] = tuple(sums)
+            self._dirty_nodes.add(node_id)
+        for job in affected.values():
+            factor = self._slowdown(job)
+            if job is moved:
+                job.factor = factor
+                job.speed = max(job.base_speed * factor, _EPS)
+            elif factor != job.factor:
+                self._settle(job)
+                job.factor = factor
+                job.speed = max(job.base_speed * factor, _EPS)
+                job.version += 1
+                finish = job.progress_from + job.remaining / job.speed
+                self._push(finish, _FINISH, self._index(job), job.version)
+
+    def _slowdown(self, job: _Job) -> float:
+        """1 / the largest load (above 1) of a resource type on any of the job's nodes: a
+        synchronous job runs at the pace of its most overloaded server."""
+        peak = 1.0
+        for p in job.placement:
+            peak = max(peak, *self._load[p.node_id])
+        return 1.0 / peak
+
+    def _cross_mb(self, job: _Job) -> float:
+        """MB sent between servers per iteration: ring edges between consecutive ranks
+        (``ring_mb``) and model-partition edges (``pipeline_mb``) whose ends are on two nodes."""
+        demand = job.trace.demand
+        node = {p.rank: p.node_id for p in job.placement}
+        ranks = sorted(node)
+        count = len(ranks)
+        if demand is None or count < 2:
+            return 0.0
+        ring = sum(node[ranks[i]] != node[ranks[(i + 1) % count]] for i in range(count))
+        _, children = task_graph(count, job.spec.mlfs)
+        pipeline = sum(node[ranks[k]] != node[ranks[c]] for k in range(count) for c in children[k])
+        return ring * demand.ring_mb + pipeline * demand.pipeline_mb
 
     def _free_gpus(self, job: _Job) -> None:
         job.record.gpu_s += (self._now - job.attempt_start) * job.gpus
@@ -578,6 +842,13 @@ class Simulation:
             raise InvariantViolation(f"{len(held)} GPUs held but {self._busy} counted busy")
 
     def _finish(self, started: float) -> None:
+        for job in self._jobs:  # unfinished jobs: accuracy by the deadline, else by now
+            if job.record.end_s is None and job.trace.submit_s <= self._now:
+                self._note_deadline(job)
+                if job.record.accuracy_by_deadline is None:
+                    job.record.accuracy_by_deadline = self._accuracy(
+                        job, job.remaining_at(self._now)
+                    )
         ends = [r.end_s for r in self._result.records if r.end_s is not None]
         self._result.makespan_s = max(ends, default=0.0)
         self._result.wall_s = time.perf_counter() - started

@@ -1,8 +1,7 @@
 """Metrics of one simulation run, as a JSON-ready dict.
 
 Every metric is a pure function of a :class:`SimResult`. ``compute_metrics`` merges the dicts
-returned by the functions in ``SECTIONS``; a new metric (MLFS §4's accuracy or bandwidth cost,
-say) is one more such function.
+returned by the functions in ``SECTIONS``; a new metric is one more such function.
 
 Conventions:
 
@@ -218,10 +217,67 @@ def run_metrics(result: SimResult) -> dict:
     }
 
 
+# --- MLFS (§3.2 Eq. 1, §4) ----------------------------------------------------------------------
+
+
+def met_deadline(record: JobRecord) -> bool:
+    """True if the job finished by its earliest deadline."""
+    jct = record.jct_s
+    first = min(d.seconds_after_submit for d in record.job.deadlines)
+    return jct is not None and jct <= first
+
+
+def mlfs_metrics(result: SimResult) -> dict:
+    """MLFS' objectives (Eq. 1) beside the JCT above.
+
+    * ``accuracy_by_deadline``: mean over jobs of the accuracy reached by the earliest deadline
+      (jobs without one: at their end; unfinished ones: by the end of the run); None when the
+      job model has no accuracy.
+    * ``accuracy_guarantee_ratio`` (g_4): share of the jobs with a required accuracy whose
+      final accuracy reaches it (never finished: not reached).
+    * ``deadline_guarantee_ratio`` (g_2): share of the jobs with a deadline that finished by
+      their earliest one.
+    * ``bandwidth_cost_gb`` (g_3): GB sent between servers, summed over jobs; None when no job
+      has a communication volume.
+    * ``migrations_per_job``, ``jobs_stopped`` (MLF-C early stops), ``refused_migrations``.
+    """
+    records = result.records
+    reached = [r.accuracy_by_deadline for r in records if r.accuracy_by_deadline is not None]
+    required = [
+        (r, r.job.mlfs.required_accuracy)
+        for r in records
+        if r.job.mlfs is not None and r.job.mlfs.required_accuracy is not None
+    ]
+    with_deadline = [r for r in records if r.job.deadlines]
+    return {
+        "accuracy_by_deadline": sum(reached) / len(reached) if reached else None,
+        "accuracy_guarantee_ratio": (
+            sum(r.final_metric is not None and r.final_metric >= a for r, a in required)
+            / len(required)
+            if required
+            else None
+        ),
+        "deadline_guarantee_ratio": (
+            sum(map(met_deadline, with_deadline)) / len(with_deadline) if with_deadline else None
+        ),
+        "bandwidth_cost_gb": (
+            sum(r.bandwidth_gb for r in records)
+            if any(r.job.demand is not None for r in records)
+            else None
+        ),
+        "migrations_per_job": (
+            sum(r.migrations for r in records) / len(records) if records else None
+        ),
+        "jobs_stopped": sum(r.stopped for r in records),
+        "refused_migrations": result.refused_migrations,
+    }
+
+
 SECTIONS: tuple[Callable[[SimResult], dict], ...] = (
     slo_metrics,
     latency_metrics,
     cluster_metrics,
+    mlfs_metrics,
     run_metrics,
 )
 

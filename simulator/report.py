@@ -77,12 +77,19 @@ ROWS: list[tuple[str, tuple[str, ...], Format]] = [
     ("GPU utilisation (%)", ("gpu_utilization",), PERCENT),
     ("Jobs completed", ("jobs_completed",), COUNT),
     ("Jobs total", ("jobs_total",), COUNT),
+    ("Accuracy by deadline (%)", ("accuracy_by_deadline",), PERCENT),
+    ("Accuracy guarantee (%)", ("accuracy_guarantee_ratio",), PERCENT),
+    ("Deadline guarantee (%)", ("deadline_guarantee_ratio",), PERCENT),
+    ("Bandwidth cost (GB)", ("bandwidth_cost_gb",), fmt_scaled(1, 1)),
+    ("Migrations / job", ("migrations_per_job",), PLAIN),
+    ("Jobs stopped early", ("jobs_stopped",), COUNT),
     ("Wall time (s)", ("wall_s",), fmt_scaled(1, 1)),
     ("Decision p50 (ms)", ("decision_time_s", "p50"), MILLIS),
     ("Decision p95 (ms)", ("decision_time_s", "p95"), MILLIS),
     ("Decision max (ms)", ("decision_time_s", "max"), MILLIS),
     ("Decision cycles", ("decision_time_s", "cycles"), COUNT),
     ("Refused launches", ("refused_launches",), COUNT),
+    ("Refused migrations", ("refused_migrations",), COUNT),
 ]
 
 

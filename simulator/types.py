@@ -5,7 +5,40 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mlsched.model import Deadline, JobClass
+from mlsched.model import Deadline, JobClass, MlfsSpec
+
+RESOURCES = ("gpu", "cpu", "memory", "bandwidth")  # MLFS §3.3.2's resource types, in order
+
+
+@dataclass(frozen=True)
+class ResourceDemand:
+    """What each task of a job loads (MLFS §4.1), for utilisation, overload and bandwidth cost.
+
+    ``gpu``: utilisation of each GPU the task holds (0-1); ``cpu``, ``memory``, ``bandwidth``:
+    the task's share of one server's capacity; ``ring_mb``: MB a worker sends to the next in
+    rank order per iteration (the all-reduce ring); ``pipeline_mb``: MB sent along each
+    model-partition dependency edge per iteration. See ``docs/simulator.md``, *MLFS features*.
+    """
+
+    gpu: float
+    cpu: float
+    memory: float
+    bandwidth: float
+    ring_mb: float = 0.0
+    pipeline_mb: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("gpu", "cpu", "memory", "bandwidth", "ring_mb", "pipeline_mb"):
+            value = getattr(self, name)
+            if not (value >= 0 and value < float("inf")):
+                raise ValueError(f"ResourceDemand.{name} must be a finite number >= 0: {value}")
+        if self.gpu > 1:
+            raise ValueError(f"ResourceDemand.gpu is a utilisation in [0, 1], got {self.gpu}")
+
+    def shares(self, gpus_per_task: int, gpus_per_node: int) -> tuple[float, ...]:
+        """One task's load per resource type of ``RESOURCES``, as shares of its server."""
+        gpu = self.gpu * gpus_per_task / gpus_per_node if gpus_per_node else 0.0
+        return (gpu, self.cpu, self.memory, self.bandwidth)
 
 
 @dataclass(frozen=True)
@@ -22,6 +55,8 @@ class TraceJob:
     job_class: JobClass = JobClass.BEST_EFFORT
     deadlines: tuple[Deadline, ...] = ()  # seconds after submission, with rewards
     performance_based: bool = False  # stops at a target metric rather than an iteration budget
+    mlfs: MlfsSpec | None = None  # MLFS features (None: none, the job spec's defaults)
+    demand: ResourceDemand | None = None  # per-task load (None: not modelled, no overload)
 
 
 class JobModel(Protocol):
@@ -68,6 +103,10 @@ class JobRecord:
     gpu_s: float = 0.0  # GPU-seconds held (including overheads)
     final_metric: float | None = None
     nodes_used: int = 0  # most nodes it spanned in one attempt
+    accuracy_by_deadline: float | None = None  # at its earliest deadline, else at its end
+    stopped: bool = False  # ended by a Stop order (MLF-C) rather than its stopping criterion
+    migrations: int = 0
+    bandwidth_gb: float = 0.0  # sent between servers (MLFS Eq. 1's B_{n_i, n_j})
 
     @property
     def jct_s(self) -> float | None:
@@ -89,3 +128,4 @@ class SimResult:
     makespan_s: float = 0.0
     wall_s: float = 0.0
     refused_launches: int = 0  # launches ignored: job not queued, or placement not allowed
+    refused_migrations: int = 0  # migrations ignored: job not active, or placement not allowed

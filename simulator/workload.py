@@ -1,4 +1,4 @@
-"""Turning a trace into an evaluation workload (UniSched §IV-B).
+"""Turning a trace into an evaluation workload (UniSched §IV-B, MLFS §4.1).
 
 Pure functions over lists of :class:`~simulator.types.TraceJob`: each returns a new list (the
 input is not changed) and draws only from the ``random.Random`` it is given, so a seed fixes
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import pairwise
 
-from mlsched.model import Deadline, JobClass
-from simulator.types import TraceJob
+from mlsched.model import Deadline, JobClass, MlfsSpec, StopOption
+from simulator.types import ResourceDemand, TraceJob
 
 # UniSched §IV-B: a strict deadline is drawn uniformly in [1.1, 2] x the duration; a soft-SLO
 # job's first deadline D0 is drawn the same way, with extra deadlines at 1.1, 1.2 and 1.5 x D0.
@@ -128,4 +129,97 @@ def scale_density(jobs: Sequence[TraceJob], factor: float, rng: random.Random) -
             ids.add(new_id)
             out.append(replace(source, id=new_id, submit_s=submit))
     out.sort(key=lambda j: j.submit_s)
+    return out
+
+
+# --- MLFS job features (MLFS §4.1, §4.3) -------------------------------------------------------
+
+URGENCY_LEVELS = (1, 10)  # §4.3: urgency levels drawn uniformly (integers, m = 10 levels)
+# §4.1: each job runs one of five algorithms; SVM is data-parallel only, MLP and AlexNet are cut
+# sequentially, LSTM and ResNet per layer: 4 of 5 jobs (of 2 GPUs or more) are model-parallel,
+# half of them chains, half layered graphs.
+MODEL_PARALLEL_FRACTION = 0.8
+LAYER_WIDTH = 2  # partitions per layer of a layered graph
+PARTITION_SIZE_RANGE = (0.5, 1.5)  # relative partition sizes before normalisation (ours)
+# Per-task load, shares of one server (ours; docs/simulator.md): 8 tasks of the same job
+# overload CPU or bandwidth (sum > 0.9) when theirs is above 0.1125, about one 8-task job in
+# four per resource; a node of mixed tasks rarely does.
+GPU_UTIL_RANGE = (0.3, 0.85)
+CPU_RANGE = (0.03, 0.14)
+MEMORY_RANGE = (0.02, 0.10)
+BANDWIDTH_RANGE = (0.02, 0.14)
+COMM_MB_RANGE = (50.0, 100.0)  # §4.1: two values in [50, 100] MB per communication
+# a^r_J: the accuracy after a fraction of the job's work drawn in this range (ours; the paper
+# takes the trace's final accuracy, i.e. 1.0, which leaves MLF-C's option (iii) nothing to save)
+REQUIRED_FRACTION_RANGE = (0.7, 1.0)
+
+AccuracyAt = Callable[[TraceJob, float], float | None]
+
+
+def partition_graph(
+    count: int, shape: str, rng: random.Random
+) -> tuple[tuple[float, ...], tuple[tuple[int, int], ...]]:
+    """(sizes S_p / S^J, (parent, child) edges) of ``count`` partitions shaped ``"chain"``
+    (0 -> 1 -> ... -> count-1) or ``"layered"`` (layers of ``LAYER_WIDTH`` partitions, every
+    partition feeding every partition of the next layer; a chain when that makes fewer than
+    two layers); sizes drawn in ``PARTITION_SIZE_RANGE`` and normalised to sum to 1."""
+    if shape not in ("chain", "layered"):
+        raise ValueError(f"unknown partition graph shape {shape!r}")
+    raw = [rng.uniform(*PARTITION_SIZE_RANGE) for _ in range(count)]
+    sizes = tuple(v / sum(raw) for v in raw)
+    if shape == "chain" or count <= LAYER_WIDTH:
+        return sizes, tuple((p, p + 1) for p in range(count - 1))
+    layers = [list(range(i, min(count, i + LAYER_WIDTH))) for i in range(0, count, LAYER_WIDTH)]
+    edges = tuple((a, b) for upper, lower in pairwise(layers) for a in upper for b in lower)
+    return sizes, edges
+
+
+def assign_mlfs_features(
+    jobs: Sequence[TraceJob],
+    rng: random.Random,
+    *,
+    model_parallel_fraction: float = MODEL_PARALLEL_FRACTION,
+    accuracy_at: AccuracyAt | None = None,
+) -> list[TraceJob]:
+    """Give every job MLFS features and a resource demand (MLFS §4.1, §4.3).
+
+    Per job, in this order of draws: urgency L^J, an integer uniform in ``URGENCY_LEVELS``;
+    with probability ``model_parallel_fraction`` (jobs of 2 GPUs or more) a model-parallel
+    graph of one partition per GPU (§4.1 "we also set the number of model partitions to this
+    number"), a chain or a layered graph with equal odds (:func:`partition_graph`), else none
+    (data parallel); per-task GPU utilisation, CPU, memory and bandwidth shares uniform in
+    their ranges; two communication volumes in ``COMM_MB_RANGE`` (ring, partition edges); the
+    required accuracy ``accuracy_at(job, f)``, ``f`` uniform in ``REQUIRED_FRACTION_RANGE``
+    (none without ``accuracy_at``). Every job takes MLF-C's option (ii), OptStop, and lets the
+    system switch it (§4.1: "we assume that all jobs use OptStop").
+    """
+    _check_fraction("model_parallel_fraction", model_parallel_fraction)
+    out = []
+    for job in jobs:
+        urgency = float(rng.randint(*URGENCY_LEVELS))
+        parallel = rng.random() < model_parallel_fraction
+        chain = rng.random() < 0.5
+        partitions: tuple[float, ...] = ()
+        edges: tuple[tuple[int, int], ...] = ()
+        if parallel and job.gpus >= 2:
+            partitions, edges = partition_graph(job.gpus, "chain" if chain else "layered", rng)
+        demand = ResourceDemand(
+            gpu=rng.uniform(*GPU_UTIL_RANGE),
+            cpu=rng.uniform(*CPU_RANGE),
+            memory=rng.uniform(*MEMORY_RANGE),
+            bandwidth=rng.uniform(*BANDWIDTH_RANGE),
+            ring_mb=rng.uniform(*COMM_MB_RANGE),
+            pipeline_mb=rng.uniform(*COMM_MB_RANGE),
+        )
+        fraction = rng.uniform(*REQUIRED_FRACTION_RANGE)
+        required = None if accuracy_at is None else accuracy_at(job, fraction)
+        mlfs = MlfsSpec(
+            urgency=urgency,
+            partitions=partitions,
+            dependencies=edges,
+            stop_option=StopOption.OPT_STOP,
+            system_may_switch=True,
+            required_accuracy=required,
+        )
+        out.append(replace(job, mlfs=mlfs, demand=demand))
     return out

@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import leastsq
 
 from mlsched.model import MetricGoal
 
@@ -58,10 +59,12 @@ _MAX_FIT_POINTS = 100  # longer histories are thinned (evenly by index) to this 
 _HOLDOUT_MIN_POINTS = 7  # from this many points on, weights come from the last third held out
 _ERR_FLOOR = 1e-3  # RMSE floor in normalised units (0.1 % of the observed range)
 _GENERIC_GAIN = 4.0  # an unbounded metric may rise at most this many observed ranges further
-_ZOOMS = 2  # times a family's shape grid is refined around its best point
-_ZOOM_POINTS = 7  # values per shape parameter in a refined grid, over +-1 previous spacing
-_NEWTONS = 3  # Newton steps on the shape parameters after the grids
-_NEWTON_H = 1e-4  # finite-difference spacing for those steps, in u (see _Axis)
+_FTOL = 1e-5  # leastsq: stop when a step lowers the SSE by less than this share
+_XTOL = 1e-7  # ... or moves p (about 2 pi, see _refine) by less than this share
+_FACTOR = 0.1  # leastsq: the first step is at most this share of |p|, about 0.6 (radians)
+_MAX_NFEV = 300  # residual evaluations per fit, finite-difference Jacobians included
+_EDGE = 0.999  # a start on a bound is moved in to sin(p) = +-_EDGE, where du/dp is not 0
+_UNFIT = 1e3  # residuals of a non-finite candidate: far worse than any fit (see _refine)
 _SEARCH_GRID = 1024  # iterations evaluated per round of the crossing search
 
 
@@ -123,24 +126,17 @@ class _Family:
     h: Callable[..., np.ndarray]
     axes: tuple[_Axis, ...]  # one or two shape parameters (theta)
     coarse: np.ndarray  # (G, k) the coarse grid, in u
+    coarse_theta: tuple[np.ndarray, ...]  # its shape parameters, a (G, 1) column each
     low: np.ndarray  # (k,) bounds of u
     high: np.ndarray
-    step: np.ndarray  # (k,) spacing of the coarse grid
 
     @property
     def n_params(self) -> int:
         return 2 + len(self.axes)
 
-    def values(self, u: Sequence[float]) -> list[float]:
+    def theta(self, u: Sequence[float]) -> list[float]:
         """Shape parameters at one point ``u``."""
         return [10.0**v if axis.log else v for v, axis in zip(u, self.axes, strict=True)]
-
-    def thetas(self, u: np.ndarray) -> list[np.ndarray]:
-        """Shape parameters at grid points ``u`` (``(G, k)``): one ``(G, 1)`` column each."""
-        return [
-            10.0 ** u[:, j : j + 1] if axis.log else u[:, j : j + 1]
-            for j, axis in enumerate(self.axes)
-        ]
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -155,19 +151,21 @@ def _mesh(lines: Sequence[np.ndarray]) -> np.ndarray:
 
 
 def _family(name: str, h: Callable[..., np.ndarray], *axes: _Axis) -> _Family:
+    coarse = _mesh([np.linspace(axis.low, axis.high, axis.count) for axis in axes])
+    columns = [coarse[:, j : j + 1] for j in range(len(axes))]
     return _Family(
         name,
         h,
         axes,
-        _mesh([np.linspace(axis.low, axis.high, axis.count) for axis in axes]),
+        coarse,
+        tuple(
+            _read_only(10.0**u if a.log else u.copy()) for u, a in zip(columns, axes, strict=True)
+        ),
         _read_only(np.array([axis.low for axis in axes])),
         _read_only(np.array([axis.high for axis in axes])),
-        _read_only(np.array([(axis.high - axis.low) / (axis.count - 1) for axis in axes])),
     )
 
 
-_OFFSETS = tuple(_mesh([np.linspace(-1.0, 1.0, _ZOOM_POINTS)] * k) for k in (1, 2))
-_STENCILS = tuple(_mesh([np.array([-_NEWTON_H, 0.0, _NEWTON_H])] * k) for k in (1, 2))
 _RATE = _Axis(-1.5, 3.5, 13)  # kappa: half of the rise is done at about x = 1/kappa
 _SHAPE = _Axis(math.log10(0.2), math.log10(6.0), 9)  # delta, alpha: how sharp the rise is
 
@@ -236,19 +234,21 @@ def _solve(
     """Least-squares ``(c, A)`` of ``z ~ c + A * h`` for each row of ``h``, and the SSEs.
 
     Row ``r`` of ``h`` holds a candidate's ``h`` at the points and, in its last column, at the
-    end of the run (x = 1); it is fitted to the first ``m[r]`` points only. Under ``A >= 0``
-    and ``c <= cap`` the optimum of this convex problem is the unconstrained one when feasible,
-    else the better of the two edges (``A = 0`` or ``c = cap``). The curve must not pass
-    ``cap`` at the end of the run either (binding for vapor pressure only: the other families'
-    ``h <= 0`` keeps them below ``c``). Rows breaking that, or with non-finite values, get an
-    infinite SSE.
+    end of the run (x = 1); it is fitted to the first ``m[r]`` points only. The bounds are
+    ``A >= 0`` and that the curve stays below ``cap`` up to the end of the run: ``c <= cap``
+    for the families with ``h <= 0``, ``c + A * h_end <= cap`` for vapor pressure. With
+    ``e = max(h_end, 0)`` both read ``d <= cap`` for ``z ~ d + A * (h - e)``, ``d = c + A * e``:
+    a convex problem whose optimum is the unconstrained one when feasible, else the better of
+    the two edges (``A = 0`` or ``d = cap``). Rows with non-finite values get an infinite SSE.
     """
     n = z.size
-    used = np.where(np.arange(n) < m[:, None], h[:, :n], 0.0)
+    end = h[:, n]
+    shift = np.maximum(end, 0.0)
+    used = np.where(np.arange(n) < m[:, None], h[:, :n] - shift[:, None], 0.0)
     ones = np.ones(n)
     s_h, s_zh, s_hh = used @ ones, used @ z, (used * used) @ ones
     s_z, s_zz = np.cumsum(z)[m - 1], np.cumsum(z * z)[m - 1]
-    finite = np.isfinite(s_hh) & np.isfinite(s_zh)
+    finite = np.isfinite(s_hh) & np.isfinite(s_zh) & np.isfinite(end)
     if not finite.all():
         s_h, s_hh, s_zh = (np.where(finite, v, 0.0) for v in (s_h, s_hh, s_zh))
     # unconstrained
@@ -256,53 +256,106 @@ def _solve(
     cov = s_zh - s_h * s_z / m
     ok = var > 1e-12 * s_hh  # else h is flat: only the edges apply
     a = np.where(ok, cov / np.where(ok, var, 1.0), 0.0)
-    c = (s_z - a * s_h) / m
+    d = (s_z - a * s_h) / m
     sse = s_zz - s_z * s_z / m - a * cov
-    ok &= (a >= 0.0) & (c <= cap)
-    if not ok.all():  # edges: A = 0 (flat at the mean, or at cap) or c = cap (A >= 0 fitted)
-        c0 = np.minimum(s_z / m, cap)
-        sse0 = s_zz - 2 * c0 * s_z + m * c0 * c0
+    ok &= (a >= 0.0) & (d <= cap)
+    if not ok.all():  # edges: A = 0 (flat at the mean, or at cap) or d = cap (A >= 0 fitted)
+        d0 = np.minimum(s_z / m, cap)
+        sse0 = s_zz - 2 * d0 * s_z + m * d0 * d0
         gain = np.maximum(s_zh - cap * s_h, 0.0)
         a1 = gain / np.where(s_hh > 0, s_hh, 1.0)
         sse1 = s_zz - 2 * cap * s_z + m * cap * cap - a1 * gain
         at_cap = sse1 < sse0
-        c = np.where(ok, c, np.where(at_cap, cap, c0))
+        d = np.where(ok, d, np.where(at_cap, cap, d0))
         a = np.where(ok, a, np.where(at_cap, a1, 0.0))
         sse = np.where(ok, sse, np.where(at_cap, sse1, sse0))
-    admissible = finite & (c + a * h[:, n] <= cap) & np.isfinite(sse)
-    return c, a, np.where(admissible, np.maximum(sse, 0.0), np.inf)
+    admissible = finite & np.isfinite(sse)
+    return d - a * shift, a, np.where(admissible, np.maximum(sse, 0.0), np.inf)
 
 
-def _newton_step(family: _Family, center: np.ndarray, sse: list[float]) -> np.ndarray | None:
-    """Newton step on the SSE from its values on the stencil around ``center``, or None.
+def _project(
+    h: np.ndarray, z: np.ndarray, s_z: float, s_zz: float, cap: float
+) -> tuple[float, float, np.ndarray] | None:
+    """:func:`_solve` for a single candidate, in plain floats (it runs once per residual).
 
-    The derivatives are central differences (``_NEWTON_H`` apart in ``u``); None where the
-    SSE is not finite or not locally convex there. The step is at most one coarse spacing.
+    ``h`` holds the candidate's ``h`` at the points of ``z`` and then at x = 1; ``s_z`` and
+    ``s_zz`` are the sum and the sum of squares of ``z``. Returns ``(d, A, g)``, the fit being
+    ``d + A * g`` with ``g = h[:-1] - e`` (so ``c = d - A * e``), or None if not finite.
     """
-    e, s = _NEWTON_H, sse
-    if not all(map(math.isfinite, s)):
+    m = z.size
+    end = float(h[-1])
+    shift = max(end, 0.0)
+    g = h[:-1] - shift
+    s_h, s_hh, s_zh = float(np.add.reduce(g)), float(g @ g), float(g @ z)
+    if not math.isfinite(s_hh + s_zh + end):
         return None
-    if len(s) == 3:  # one shape parameter; stencil -1, 0, +1
-        g, h = (s[2] - s[0]) / (2 * e), (s[2] - 2 * s[1] + s[0]) / (e * e)
-        if not h > 0:
-            return None
-        step = [-g / h]
-    else:  # two: a 3 x 3 stencil, the second axis fastest (index 3 * i + j)
-        g0, g1 = (s[7] - s[1]) / (2 * e), (s[5] - s[3]) / (2 * e)
-        h00 = (s[7] - 2 * s[4] + s[1]) / (e * e)
-        h11 = (s[5] - 2 * s[4] + s[3]) / (e * e)
-        h01 = (s[8] - s[6] - s[2] + s[0]) / (4 * e * e)
-        det = h00 * h11 - h01 * h01
-        if not (h00 > 0 and det > 0):
-            return None
-        step = [(h01 * g1 - h11 * g0) / det, (h01 * g0 - h00 * g1) / det]
-    moved = [
-        min(max(u + min(max(d, -w), w), low), high)
-        for u, d, w, low, high in zip(
-            center.tolist(), step, family.step, family.low, family.high, strict=True
+    var = s_hh - s_h * s_h / m
+    a = (s_zh - s_h * s_z / m) / var if var > 1e-12 * s_hh else 0.0
+    d = (s_z - a * s_h) / m
+    if not (a >= 0.0 and d <= cap):  # the better edge, as in _solve
+        d0 = min(s_z / m, cap)
+        gain = max(s_zh - cap * s_h, 0.0)
+        a1 = gain / s_hh if s_hh > 0 else 0.0
+        if m * cap * cap - 2 * cap * s_z - a1 * gain < m * d0 * d0 - 2 * d0 * s_z:
+            d, a = cap, a1
+        else:
+            d, a = d0, 0.0
+    return d, a, g
+
+
+def _refine(
+    family: _Family, start: np.ndarray, xs: np.ndarray, z: np.ndarray, cap: float
+) -> _Fit | None:
+    """Least-squares fit of ``family`` to ``z`` at ``xs[:-1]`` (``xs[-1]``: the end of the run).
+
+    ``scipy.optimize.leastsq`` (MINPACK's Levenberg-Marquardt, finite-difference Jacobian)
+    searches the shape parameters from ``start`` (in ``u``), the residuals being those of the
+    best ``(c, A)`` for each shape (variable projection, :func:`_project`). MINPACK takes no
+    bounds, so it searches ``p`` with ``u = low + (high - low) * (1 + sin p) / 2``, inside
+    them whatever ``p`` (MINUIT's and lmfit's transform). Three details make that converge,
+    also to an optimum on a bound (where ``du/dp = 0``): a start on a bound is moved in a
+    little (``_EDGE``); ``diag = 1`` keeps MINPACK from scaling ``p`` by the Jacobian's
+    columns, which are near 0 there; and ``p`` is taken around 2 pi rather than 0, because
+    MINPACK's difference steps are a share of ``|p|``. LM only accepts steps that lower the
+    SSE, and the start (the best of its grid) fits about as well as the flat line at the mean
+    or better, an SSE below ``m`` as ``z`` lies in [0, 1]; ``_UNFIT`` residuals (an SSE of
+    ``1e6 * m``) mark a candidate with non-finite values as worse than any it accepts.
+    """
+    s_z, s_zz = float(np.add.reduce(z)), float(z @ z)
+    low, span = family.low.tolist(), (family.high - family.low).tolist()
+    unfit = np.full(z.size, _UNFIT)
+
+    def shape(p: list[float]) -> list[float]:
+        return family.theta(
+            [v + w * (1.0 + math.sin(q)) / 2 for q, v, w in zip(p, low, span, strict=True)]
         )
-    ]
-    return np.array(moved)
+
+    def residuals(p: np.ndarray) -> np.ndarray:
+        fit = _project(family.h(xs, *shape(p.tolist())), z, s_z, s_zz, cap)
+        if fit is None:
+            return unfit
+        d, a, g = fit
+        return d + a * g - z
+
+    sine = 2 * (start - family.low) / (family.high - family.low) - 1
+    p0 = np.arcsin(np.clip(sine, -_EDGE, _EDGE)) + 2 * math.pi
+    p = leastsq(
+        residuals,
+        p0,
+        full_output=True,  # else leastsq warns when it stops at maxfev
+        ftol=_FTOL,
+        xtol=_XTOL,
+        maxfev=_MAX_NFEV,
+        factor=_FACTOR,
+        diag=np.ones(p0.size),
+    )[0]
+    theta = shape(p.tolist())
+    h = family.h(xs, *theta)
+    fit = _project(h, z, s_z, s_zz, cap)
+    if fit is None:
+        return None
+    d, a, _ = fit
+    return _Fit(family, (d - a * max(float(h[-1]), 0.0), a, *theta))
 
 
 def _fit_families(
@@ -311,62 +364,26 @@ def _fit_families(
     """Least-squares fits of the families to the first ``m`` points, for each ``m`` in sizes.
 
     For each shape ``theta`` the best ``(c, A)`` is closed-form (:func:`_solve`), so only
-    ``theta`` is searched: on the coarse grid, then ``_ZOOMS`` times on a finer grid spanning
-    one previous spacing either side of the best point so far, then by up to ``_NEWTONS``
-    Newton steps (derivatives from a 3-point-per-axis stencil) while they improve the fit.
-    Every family and size is solved in one matrix per round. A family with more parameters
-    than points, or with no admissible fit, is left out.
+    ``theta`` is searched: first on the family's coarse grid over its whole bounded range
+    (every family and size in one matrix), then by :func:`_refine` from the grid's best point.
+    A family with more parameters than points, or with no admissible fit on the grid, is left
+    out.
     """
-    xs = np.append(x, 1.0)[None, :]  # the last column is the end of the run
+    xs = np.append(x, 1.0)  # the last column is the end of the run
     tasks = [(f, k) for k, m in enumerate(sizes) for f in _FAMILIES if f.n_params <= m]
-    coarse = {f.name: f.h(xs, *f.thetas(f.coarse)) for f, _ in tasks}  # shared by the sizes
-    grids = {(f.name, k): f.coarse for f, k in tasks}
-    best: dict[tuple[str, int], tuple[float, _Fit]] = {}
-    last = _ZOOMS + 1 + _NEWTONS  # rounds: coarse, zooms, the stencil at the best, the steps
-    for round_ in range(last + 1):
-        if not tasks:
-            break
-        hs = [
-            coarse[f.name] if round_ == 0 else f.h(xs, *f.thetas(grids[f.name, k]))
-            for f, k in tasks
-        ]
-        counts = [h.shape[0] for h in hs]
-        rows = np.repeat([sizes[k] for _, k in tasks], counts)
-        c, a, sse = _solve(np.concatenate(hs), rows, z, cap)
-        start, following = 0, []
-        for (family, k), h in zip(tasks, hs, strict=True):
-            key, grid = (family.name, k), grids[family.name, k]
-            stop = start + h.shape[0]
-            block = sse[start:stop]
-            i = int(np.argmin(block)) if round_ <= _ZOOMS else h.shape[0] // 2  # the centre
-            at, start = start + i, stop
-            value = float(sse[at])
-            if not math.isfinite(value):
-                continue  # nothing admissible (the family is left out), or Newton failed
-            improved = key not in best or value <= best[key][0]
-            if improved:
-                theta = family.values(grid[i].tolist())
-                best[key] = (value, _Fit(family, (float(c[at]), float(a[at]), *theta)))
-            if round_ < _ZOOMS:  # a finer grid around the best point
-                spread = family.step * (2 / (_ZOOM_POINTS - 1)) ** round_
-                zoomed = grid[i] + _OFFSETS[len(family.axes) - 1] * spread
-                grids[key] = np.clip(zoomed, family.low, family.high)
-            elif round_ == last or not improved:
-                continue
-            else:  # the stencil around the best point, or a Newton step from it
-                centre = (
-                    grid[i] if round_ == _ZOOMS else _newton_step(family, grid[i], block.tolist())
-                )
-                if centre is None:
-                    continue
-                stencil = _STENCILS[len(family.axes) - 1] if round_ + 1 < last else 0.0
-                grids[key] = np.atleast_2d(centre + stencil)
-            following.append((family, k))
-        tasks = following
+    grid = {f.name: f.h(xs[None, :], *f.coarse_theta) for f, _ in tasks}  # shared by sizes
+    counts = [f.coarse.shape[0] for f, _ in tasks]
+    rows = np.repeat([sizes[k] for _, k in tasks], counts)
+    _, _, sse = _solve(np.concatenate([grid[f.name] for f, _ in tasks]), rows, z, cap)
     results: list[dict[str, _Fit]] = [{} for _ in sizes]
-    for (name, k), (_, fit) in best.items():
-        results[k][name] = fit
-    return [{f.name: r[f.name] for f in _FAMILIES if f.name in r} for r in results]
+    for (family, k), block in zip(tasks, np.split(sse, np.cumsum(counts)[:-1]), strict=True):
+        i = int(np.argmin(block))
+        if math.isfinite(block[i]):
+            m = sizes[k]
+            fit = _refine(family, family.coarse[i], np.append(x[:m], 1.0), z[:m], cap)
+            if fit is not None:
+                results[k][family.name] = fit
+    return results
 
 
 def _rmse(fit: _Fit, x: np.ndarray, z: np.ndarray) -> float:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from controller.policy.base import Policy
 from controller.policy.edf import EdfPolicy
 from controller.policy.fifo import FifoPolicy
+from controller.policy.mlfs.policy import MlfhPolicy
 from controller.policy.srtf import SrtfPolicy
 from controller.policy.themis import ThemisPolicy
 from controller.policy.tiresias import TiresiasPolicy
@@ -22,6 +23,8 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "edf": EdfPolicy,
     "themis": ThemisPolicy,
     "unisched": UniSchedPolicy,
+    "mlf-h": MlfhPolicy,  # MLFS §3.3, without MLF-C
+    "mlfs": lambda: MlfhPolicy(load_control=True, name="mlfs"),  # MLF-H with MLF-C (§3.5)
     # UniSched with the HiGHS backend, and its ablations (UniSched §VI-C): no SR-aware
     # estimator, no training-iteration estimator (maximum iterations), Chronus' round-up.
     "unisched-highs": lambda: UniSchedPolicy(UniSchedConfig(solver="highs"), "unisched-highs"),

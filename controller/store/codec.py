@@ -16,6 +16,7 @@ from mlsched.model import (
     JobSpec,
     JobState,
     MetricGoal,
+    MigrationTarget,
     Node,
     ResumeRecord,
     SpeedSample,
@@ -99,7 +100,24 @@ def job_from_json(text: str) -> Job:
     d["sr_overheads_s"] = list(d.get("sr_overheads_s", []))
     estimate = d.get("estimate")
     d["estimate"] = None if estimate is None else JobEstimate(**estimate)
+    d["losses"] = tuple(float(v) for v in d.get("losses", ()))
+    d["migration_requested_at"] = d.get("migration_requested_at")
+    target = d.get("migration_target")
+    d["migration_target"] = None if target is None else _migration_target_from_dict(target)
     return Job(**d)
+
+
+def _migration_target_from_dict(d: dict[str, Any]) -> MigrationTarget:
+    return MigrationTarget(
+        placement=tuple(
+            (int(rank), str(node), tuple(int(g) for g in gpus))
+            for rank, node, gpus in d["placement"]
+        ),
+        lease_s=float(d["lease_s"]),
+        reason=str(d["reason"]),
+        from_nodes=tuple(d.get("from_nodes", ())),
+        ordered_at=float(d.get("ordered_at", 0.0)),
+    )
 
 
 def task_to_json(task: Task) -> str:
@@ -118,10 +136,12 @@ def task_from_json(text: str) -> Task:
 def node_to_json(node: Node) -> str:
     d = asdict(node)
     d["metrics"] = None
+    d["load"] = None  # measurements are not persisted
     return json.dumps(d)
 
 
 def node_from_json(text: str) -> Node:
     d = json.loads(text)
     d["gpus"] = tuple(GpuInfo(**g) for g in d["gpus"])
+    d["load"] = None
     return Node(**d)

@@ -70,12 +70,95 @@ class RegisterAgent(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ...) -> None: ...
 
 class MetricsReport(_message.Message):
-    __slots__ = ("node", "tasks")
+    __slots__ = ("node", "tasks", "load")
     NODE_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
     node: _common_pb2.NodeMetrics
     tasks: _containers.RepeatedCompositeFieldContainer[_common_pb2.TaskMetrics]
-    def __init__(self, node: _Optional[_Union[_common_pb2.NodeMetrics, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[_common_pb2.TaskMetrics, _Mapping]]] = ...) -> None: ...
+    load: NodeLoad
+    def __init__(self, node: _Optional[_Union[_common_pb2.NodeMetrics, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[_common_pb2.TaskMetrics, _Mapping]]] = ..., load: _Optional[_Union[NodeLoad, _Mapping]] = ...) -> None: ...
+
+class NodeCapacity(_message.Message):
+    __slots__ = ("cpu_cores", "memory_bytes", "bandwidth_bytes_per_s")
+    CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BANDWIDTH_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
+    cpu_cores: float
+    memory_bytes: int
+    bandwidth_bytes_per_s: float
+    def __init__(self, cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., bandwidth_bytes_per_s: _Optional[float] = ...) -> None: ...
+
+class NodeLoad(_message.Message):
+    __slots__ = ("utilization", "gpu_utilization", "capacity", "tasks")
+    class UtilizationEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class GpuUtilizationEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: float
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[float] = ...) -> None: ...
+    UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    GPU_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    utilization: _containers.ScalarMap[str, float]
+    gpu_utilization: _containers.ScalarMap[int, float]
+    capacity: NodeCapacity
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskLoad]
+    def __init__(self, utilization: _Optional[_Mapping[str, float]] = ..., gpu_utilization: _Optional[_Mapping[int, float]] = ..., capacity: _Optional[_Union[NodeCapacity, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskLoad, _Mapping]]] = ...) -> None: ...
+
+class TaskLoad(_message.Message):
+    __slots__ = ("task", "demand", "gpu_index", "gpu_utilization")
+    class DemandEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    DEMAND_FIELD_NUMBER: _ClassVar[int]
+    GPU_INDEX_FIELD_NUMBER: _ClassVar[int]
+    GPU_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    task: TaskRef
+    demand: _containers.ScalarMap[str, float]
+    gpu_index: int
+    gpu_utilization: float
+    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., demand: _Optional[_Mapping[str, float]] = ..., gpu_index: _Optional[int] = ..., gpu_utilization: _Optional[float] = ...) -> None: ...
+
+class MigrationRequest(_message.Message):
+    __slots__ = ("task", "server_utilization", "demand", "reason")
+    class ServerUtilizationEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    class DemandEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    SERVER_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    DEMAND_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task: TaskRef
+    server_utilization: _containers.ScalarMap[str, float]
+    demand: _containers.ScalarMap[str, float]
+    reason: str
+    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., server_utilization: _Optional[_Mapping[str, float]] = ..., demand: _Optional[_Mapping[str, float]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ProgressReport(_message.Message):
     __slots__ = ("task", "progress")
@@ -98,18 +181,20 @@ class LogsReply(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., content: _Optional[str] = ..., truncated: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
 
 class AgentSessionRequest(_message.Message):
-    __slots__ = ("register", "metrics", "task_status", "progress", "logs")
+    __slots__ = ("register", "metrics", "task_status", "progress", "logs", "migration_request")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     TASK_STATUS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     LOGS_FIELD_NUMBER: _ClassVar[int]
+    MIGRATION_REQUEST_FIELD_NUMBER: _ClassVar[int]
     register: RegisterAgent
     metrics: MetricsReport
     task_status: TaskStatus
     progress: ProgressReport
     logs: LogsReply
-    def __init__(self, register: _Optional[_Union[RegisterAgent, _Mapping]] = ..., metrics: _Optional[_Union[MetricsReport, _Mapping]] = ..., task_status: _Optional[_Union[TaskStatus, _Mapping]] = ..., progress: _Optional[_Union[ProgressReport, _Mapping]] = ..., logs: _Optional[_Union[LogsReply, _Mapping]] = ...) -> None: ...
+    migration_request: MigrationRequest
+    def __init__(self, register: _Optional[_Union[RegisterAgent, _Mapping]] = ..., metrics: _Optional[_Union[MetricsReport, _Mapping]] = ..., task_status: _Optional[_Union[TaskStatus, _Mapping]] = ..., progress: _Optional[_Union[ProgressReport, _Mapping]] = ..., logs: _Optional[_Union[LogsReply, _Mapping]] = ..., migration_request: _Optional[_Union[MigrationRequest, _Mapping]] = ...) -> None: ...
 
 class Registered(_message.Message):
     __slots__ = ("node_id", "heartbeat_interval_s")

@@ -44,6 +44,13 @@ class MetricGoal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     METRIC_GOAL_UNSPECIFIED: _ClassVar[MetricGoal]
     METRIC_GOAL_MAXIMIZE: _ClassVar[MetricGoal]
     METRIC_GOAL_MINIMIZE: _ClassVar[MetricGoal]
+
+class StopOption(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STOP_OPTION_UNSPECIFIED: _ClassVar[StopOption]
+    STOP_OPTION_ITERATIONS: _ClassVar[StopOption]
+    STOP_OPTION_OPT_STOP: _ClassVar[StopOption]
+    STOP_OPTION_REQUIRED_ACCURACY: _ClassVar[StopOption]
 JOB_STATE_UNSPECIFIED: JobState
 JOB_STATE_PENDING: JobState
 JOB_STATE_STARTING: JobState
@@ -70,6 +77,10 @@ JOB_CLASS_SOFT_SLO: JobClass
 METRIC_GOAL_UNSPECIFIED: MetricGoal
 METRIC_GOAL_MAXIMIZE: MetricGoal
 METRIC_GOAL_MINIMIZE: MetricGoal
+STOP_OPTION_UNSPECIFIED: StopOption
+STOP_OPTION_ITERATIONS: StopOption
+STOP_OPTION_OPT_STOP: StopOption
+STOP_OPTION_REQUIRED_ACCURACY: StopOption
 
 class Deadline(_message.Message):
     __slots__ = ("seconds_after_submit", "reward")
@@ -106,7 +117,7 @@ class StoppingCriterion(_message.Message):
     def __init__(self, iterations: _Optional[_Union[IterationCriterion, _Mapping]] = ..., target_metric: _Optional[_Union[TargetMetricCriterion, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size")
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size", "mlfs")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +136,7 @@ class JobSpec(_message.Message):
     STOPPING_FIELD_NUMBER: _ClassVar[int]
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MLFS_FIELD_NUMBER: _ClassVar[int]
     name: str
     command: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
@@ -136,7 +148,32 @@ class JobSpec(_message.Message):
     stopping: StoppingCriterion
     max_retries: int
     batch_size: int
-    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
+    mlfs: MlfsSpec
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ..., mlfs: _Optional[_Union[MlfsSpec, _Mapping]] = ...) -> None: ...
+
+class PartitionDependency(_message.Message):
+    __slots__ = ("parent", "child")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    CHILD_FIELD_NUMBER: _ClassVar[int]
+    parent: int
+    child: int
+    def __init__(self, parent: _Optional[int] = ..., child: _Optional[int] = ...) -> None: ...
+
+class MlfsSpec(_message.Message):
+    __slots__ = ("urgency", "partitions", "dependencies", "stop_option", "system_may_switch", "required_accuracy")
+    URGENCY_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    DEPENDENCIES_FIELD_NUMBER: _ClassVar[int]
+    STOP_OPTION_FIELD_NUMBER: _ClassVar[int]
+    SYSTEM_MAY_SWITCH_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    urgency: float
+    partitions: _containers.RepeatedScalarFieldContainer[float]
+    dependencies: _containers.RepeatedCompositeFieldContainer[PartitionDependency]
+    stop_option: StopOption
+    system_may_switch: bool
+    required_accuracy: float
+    def __init__(self, urgency: _Optional[float] = ..., partitions: _Optional[_Iterable[float]] = ..., dependencies: _Optional[_Iterable[_Union[PartitionDependency, _Mapping]]] = ..., stop_option: _Optional[_Union[StopOption, str]] = ..., system_may_switch: _Optional[bool] = ..., required_accuracy: _Optional[float] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
     __slots__ = ("rank", "node_id", "gpu_indices", "state", "attempt", "exit_code", "message")

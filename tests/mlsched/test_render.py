@@ -19,10 +19,12 @@ from mlsched.model import (
     JobSpec,
     JobState,
     MetricGoal,
+    MlfsSpec,
     Node,
     NodeMetrics,
     ResumeRecord,
     SpeedSample,
+    StopOption,
     TargetMetricStop,
     Task,
     TaskState,
@@ -105,6 +107,14 @@ def test_job_dict_has_every_field():
         "gpus": 4,
         "command": ["torchrun", "t.py"],
         "stop": {"metric": "accuracy", "target": 0.9, "goal": "max", "max_iterations": 500},
+        "mlfs": {
+            "urgency": 1.0,
+            "partitions": [],
+            "dependencies": [],
+            "stop_option": "iterations",
+            "system_may_switch": False,
+            "required_accuracy": None,
+        },
         "deadlines": [{"after_s": 600.0, "reward": 100.0}, {"after_s": 900.0, "reward": 40.0}],
         "submit_time": 100.0,
         "first_start_time": 110.0,
@@ -120,6 +130,7 @@ def test_job_dict_has_every_field():
         "restored_step": 200,
         "lease_expires_at": None,
         "message": "reached its stopping criterion",
+        "stop_reason": None,  # rank 0's message quotes no trainer reason
         "resumptions": [
             {
                 "suspended_at": 150.0,
@@ -415,3 +426,78 @@ def test_describe_shows_the_estimate_speed_samples_and_overhead():
 def test_describe_spells_out_long_durations(remaining, shown):
     job = make_job(estimate=JobEstimate("profiling", 0, 0.0, remaining, 1.0))
     assert f"  predicted remaining: {shown}" in render.describe(job, []).split("\n")
+
+
+# --- MLFS fields and the stop reason ---------------------------------------------------------
+
+STOPPED = "completed (exit code 0); trainer: StopNow: MLF-C: required accuracy 0.8 reached (0.81)"
+
+
+def test_stop_reason_is_the_rank_0_trainers_reason_of_a_completed_job():
+    job = make_job(state=JobState.COMPLETED)
+    tasks = [
+        Task("j-1", 1, 1, "n1", (1,), TaskState.COMPLETED, 0, "completed (exit code 0)"),
+        Task("j-1", 0, 1, "n1", (0,), TaskState.COMPLETED, 0, STOPPED),
+    ]
+    reason = "StopNow: MLF-C: required accuracy 0.8 reached (0.81)"
+    assert render.stop_reason(job, tasks) == reason
+    assert render.job_dict(job, tasks)["stop_reason"] == reason
+    assert f"stop reason: {reason}" in render.describe(job, tasks).split("\n")
+
+
+@pytest.mark.parametrize(
+    ("state", "task_state", "message"),
+    [
+        (JobState.RUNNING, TaskState.RUNNING, ""),
+        (JobState.COMPLETED, TaskState.COMPLETED, "completed (exit code 0)"),
+        (JobState.COMPLETED, TaskState.COMPLETED, "completed (exit code 0); trainer: "),
+        (JobState.FAILED, TaskState.FAILED, "failed: exit code 1; trainer: boom"),
+    ],
+)
+def test_no_stop_reason(state, task_state, message):
+    job = make_job(state=state)
+    tasks = [Task("j-1", 0, 1, "n1", (0,), task_state, 0, message)]
+    assert render.stop_reason(job, tasks) is None
+    assert not any(
+        line.startswith("stop reason") for line in render.describe(job, tasks).split("\n")
+    )
+
+
+def test_job_dict_has_the_mlfs_fields():
+    mlfs = MlfsSpec(3.0, (0.75, 0.25), ((0, 1),), StopOption.OPT_STOP, True, 0.9)
+    job = make_job(spec=replace(make_job().spec, mlfs=mlfs))
+    assert render.job_dict(job)["mlfs"] == {
+        "urgency": 3.0,
+        "partitions": [0.75, 0.25],
+        "dependencies": [[0, 1]],
+        "stop_option": "opt-stop",
+        "system_may_switch": True,
+        "required_accuracy": 0.9,
+    }
+
+
+def test_describe_shows_the_mlfs_fields():
+    mlfs = MlfsSpec(3.0, (0.75, 0.25), ((0, 1),), StopOption.OPT_STOP, True, 0.9)
+    lines = render.describe(make_job(spec=replace(make_job().spec, mlfs=mlfs)), []).split("\n")
+    assert lines[lines.index("mlfs:") : lines.index("mlfs:") + 6] == [
+        "mlfs:",
+        "  urgency: 3",
+        "  stop option: (ii) OptStop, stop near the predicted best accuracy; the system may "
+        "switch it under overload",
+        "  required accuracy: 0.9",
+        "  partitions: 0.75, 0.25",
+        "  dependencies: 0->1",
+    ]
+    assert not any(line.startswith("mlfs: {") for line in lines)
+
+
+def test_describe_shows_the_default_mlfs_fields():
+    lines = render.describe(make_job(), []).split("\n")
+    assert lines[lines.index("mlfs:") : lines.index("mlfs:") + 6] == [
+        "mlfs:",
+        "  urgency: 1",
+        "  stop option: (i) run the iterations asked for; not switched by the system",
+        "  required accuracy: none",
+        "  partitions: none (data parallel)",
+        "  dependencies: none",
+    ]

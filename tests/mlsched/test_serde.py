@@ -19,11 +19,13 @@ from mlsched.model import (
     JobSpec,
     JobState,
     MetricGoal,
+    MlfsSpec,
     Node,
     NodeMetrics,
     Progress,
     ResumeRecord,
     SpeedSample,
+    StopOption,
     TargetMetricStop,
     Task,
     TaskMetrics,
@@ -169,6 +171,71 @@ def test_spec_wire_defaults():
     assert spec == JobSpec("x", ("run",), 2, IterationStop(5))
     assert spec.gpus_per_process == 1
     assert spec.job_class is JobClass.BEST_EFFORT
+
+
+# --- MLFS fields ----------------------------------------------------------------------------
+
+MLFS = MlfsSpec(
+    urgency=8.0,
+    partitions=(0.5, 0.25, 0.25),
+    dependencies=((0, 1), (0, 2)),
+    stop_option=StopOption.OPT_STOP,
+    system_may_switch=True,
+    required_accuracy=0.85,
+)
+
+
+@pytest.mark.parametrize(
+    "mlfs",
+    [
+        MLFS,
+        MlfsSpec(),
+        MlfsSpec(stop_option=StopOption.REQUIRED, required_accuracy=0.0),
+        MlfsSpec(urgency=10.0, system_may_switch=True),
+    ],
+    ids=["every-field", "defaults", "required-zero", "switch-only"],
+)
+def test_mlfs_round_trip(mlfs):
+    spec = replace(soft_spec(), mlfs=mlfs)
+    assert serde.spec_from_proto(serde.spec_to_proto(spec)) == spec
+    assert serde.mlfs_from_proto(serde.mlfs_to_proto(mlfs)) == mlfs
+
+
+def test_mlfs_on_the_wire():
+    msg = serde.spec_to_proto(replace(soft_spec(), mlfs=MLFS)).mlfs
+    assert msg.urgency == 8.0
+    assert list(msg.partitions) == [0.5, 0.25, 0.25]
+    assert [(d.parent, d.child) for d in msg.dependencies] == [(0, 1), (0, 2)]
+    assert msg.stop_option == pb.STOP_OPTION_OPT_STOP == 2
+    assert msg.system_may_switch is True
+    assert msg.HasField("required_accuracy") and msg.required_accuracy == 0.85
+    assert pb.STOP_OPTION_ITERATIONS == 1 and pb.STOP_OPTION_REQUIRED_ACCURACY == 3
+
+
+def test_default_mlfs_is_left_off_the_wire():
+    msg = serde.spec_to_proto(soft_spec())
+    assert not msg.HasField("mlfs")
+    assert not serde.mlfs_to_proto(MlfsSpec()).HasField("required_accuracy")
+
+
+def test_mlfs_wire_zeros_are_the_defaults():
+    # An old client sends no mlfs; a new one may leave every field at its zero value.
+    assert serde.spec_from_proto(serde.spec_to_proto(soft_spec())).mlfs == MlfsSpec()
+    assert serde.mlfs_from_proto(pb.MlfsSpec()) == MlfsSpec()
+    assert serde.mlfs_from_proto(pb.MlfsSpec()).urgency == 1.0
+    unspecified = pb.MlfsSpec(stop_option=pb.STOP_OPTION_UNSPECIFIED)
+    assert serde.mlfs_from_proto(unspecified).stop_option is StopOption.ITERATIONS
+
+
+def test_unknown_stop_option_is_a_wire_error():
+    with pytest.raises(WireError, match=r"mlfs\.stop_option: unknown value 9"):
+        serde.mlfs_from_proto(pb.MlfsSpec(stop_option=9))
+
+
+def test_job_round_trip_keeps_the_mlfs_spec():
+    job = Job("j-1", "alice", replace(soft_spec(), mlfs=MLFS), JobState.PENDING, 1.0, 1.0)
+    back, _ = serde.job_from_proto(serde.job_to_proto(job, []))
+    assert back.spec.mlfs == MLFS
 
 
 def test_spec_without_stopping_is_a_wire_error():

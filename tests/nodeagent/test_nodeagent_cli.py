@@ -94,3 +94,58 @@ def test_invalid_config(change: dict[str, object]) -> None:
         setattr(config, key, value)
     with pytest.raises(ConfigError):
         config.validate()
+
+
+def test_load_and_overload_flags(tmp_path: Path) -> None:
+    base = ["agent", "--controller", "c:1", "--join-token", "t"]
+    defaults = config_from_args(parse(base))
+    assert (defaults.cpu_capacity, defaults.memory_capacity, defaults.bandwidth_capacity) == (
+        None,
+        None,
+        None,
+    )
+    assert defaults.load_scope == "machine" and defaults.overload_detection
+    assert (defaults.overload_threshold, defaults.migration_share) == (0.9, 0.1)
+    assert (defaults.overload_samples, defaults.migration_cooldown_s) == (3, 60.0)
+    config = config_from_args(
+        parse(
+            [
+                *base,
+                "--cpu-capacity",
+                "0.5",
+                "--memory-capacity",
+                "2e9",
+                "--bandwidth-capacity",
+                "1.25e8",
+                "--load-scope",
+                "tasks",
+                "--overload-threshold",
+                "0.8",
+                "--migration-share",
+                "0.25",
+                "--overload-samples",
+                "5",
+                "--migration-cooldown",
+                "30",
+                "--no-overload-detection",
+            ]
+        )
+    )
+    assert (config.cpu_capacity, config.memory_capacity, config.bandwidth_capacity) == (
+        0.5,
+        2_000_000_000,
+        1.25e8,
+    )
+    assert config.load_scope == "tasks" and not config.overload_detection
+    assert (config.overload_threshold, config.migration_share) == (0.8, 0.25)
+    assert (config.overload_samples, config.migration_cooldown_s) == (5, 30.0)
+    for flag, value in [
+        ("--cpu-capacity", "0"),
+        ("--overload-threshold", "1.5"),
+        ("--migration-share", "0"),
+        ("--overload-samples", "0"),
+    ]:
+        with pytest.raises(ConfigError):
+            config_from_args(parse([*base, flag, value]))
+    with pytest.raises(SystemExit):
+        parse([*base, "--memory-capacity", "1.5"])

@@ -322,3 +322,56 @@ def test_unisched_and_its_ablations_complete_every_job(tmp_path, capsys):
     metrics = json.loads(out_json.read_text())
     assert list(metrics) == ["unisched", "unisched-no-sr", "unisched-no-iter", "unisched-roundup"]
     assert all(m["jobs_completed"] == m["jobs_total"] == 8 for m in metrics.values())
+
+
+MLFS_KEYS = {
+    "accuracy_by_deadline",
+    "accuracy_guarantee_ratio",
+    "deadline_guarantee_ratio",
+    "bandwidth_cost_gb",
+    "migrations_per_job",
+    "jobs_stopped",
+    "refused_migrations",
+}
+
+
+def test_mlf_h_with_mlfs_features_end_to_end(tmp_path, capsys):
+    # MLF-H beside FIFO over the 8-job trace with MLFS features: every job completes, every
+    # policy reports the MLFS metrics, and a second run gives the same numbers.
+    trace = write_trace(tmp_path / "data")
+    args = ["--trace", trace, "--policy", "fifo,mlf-h", "--cluster", "2x8"]
+    args += ["--mlfs-features", "--check-invariants", "--quiet", "--seed", "3"]
+    code, out, err = simulate(capsys, *args, "--json", tmp_path / "a.json")
+    assert code == 0, err
+    assert out.splitlines()[1].split() == ["metric", "fifo", "mlf-h"]
+    assert any(line.startswith("Accuracy guarantee (%)") for line in out.splitlines())
+    metrics = json.loads((tmp_path / "a.json").read_text())
+    for policy, m in metrics.items():
+        assert set(m) >= METRIC_KEYS | MLFS_KEYS, policy
+        assert m["jobs_completed"] == m["jobs_total"] == 8, policy
+        assert 0 <= m["accuracy_guarantee_ratio"] <= 1 and 0 <= m["deadline_guarantee_ratio"] <= 1
+        assert 0 < m["accuracy_by_deadline"] < 1 and m["bandwidth_cost_gb"] >= 0
+        assert m["refused_launches"] == m["refused_migrations"] == 0
+    code, _, err = simulate(capsys, *args, "--json", tmp_path / "b.json")
+    assert code == 0, err
+    again = json.loads((tmp_path / "b.json").read_text())
+    for m in (*metrics.values(), *again.values()):
+        del m["wall_s"], m["decision_time_s"]
+    assert again == metrics
+    # Without the features the MLFS metrics that need them are null.
+    code, _, err = simulate(
+        capsys,
+        "--trace",
+        trace,
+        "--policy",
+        "mlf-h",
+        "--cluster",
+        "2x8",
+        "--quiet",
+        "--json",
+        tmp_path / "c.json",
+    )
+    assert code == 0, err
+    plain = json.loads((tmp_path / "c.json").read_text())["mlf-h"]
+    assert plain["bandwidth_cost_gb"] is None and plain["accuracy_guarantee_ratio"] is None
+    assert plain["jobs_completed"] == 8

@@ -1,0 +1,218 @@
+"""Benchmark: MLF-H's decision time per cycle with 1,000 queued tasks on C120.
+
+    python benchmarks/bench_mlfh.py [--tasks 1000] [--busy 0.85] [--snapshots 20] [--repeats 3]
+                                    [--json]
+
+Each snapshot (one seed each) is a busy C120 cluster (120 nodes x 8 GPUs): running jobs hold
+``--busy`` of the GPUs, a third of their leases expired, a few servers overloaded; queued jobs of
+1-32 GPUs (MLFS §4.1's sizes) hold ``--tasks`` tasks in all. Jobs carry MLFS features as
+``mlsched simulate --mlfs-features`` draws them (urgency, model-parallel graphs, per-task load);
+nodes report the utilisation their jobs' load gives. Reported: p50 / p95 / max of the wall time
+of ``MlfhPolicy.decide`` over snapshots x repeats, in ms, the p50 / p95 of its CPU time (the
+same on an idle machine, less inflated on a shared one) and what the decisions did. The paper
+reports 40-54 ms for 1,860 jobs (MLFS §4.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+
+from controller.placement import TaskPlacement
+from controller.policy.base import ClusterSnapshot, JobView, NodeView
+from controller.policy.mlfs.policy import MlfhPolicy
+from mlsched.model import Deadline, IterationStop, JobSpec, JobState
+from simulator.types import RESOURCES, TraceJob
+from simulator.workload import assign_mlfs_features
+
+NODES, GPUS = 120, 8
+NOW = 100_000.0
+LEASE = 300.0
+SIZES = (1, 2, 4, 8, 16, 32)  # §4.1
+
+
+def _spec(job: TraceJob, gpus: int) -> JobSpec:
+    return JobSpec(
+        job.id,
+        ("train",),
+        gpus,
+        IterationStop(10_000),
+        deadlines=job.deadlines,
+        mlfs=job.mlfs,  # type: ignore[arg-type]
+    )
+
+
+def _losses(rng: random.Random, iteration: int) -> tuple[float, ...]:
+    if iteration < 2:
+        return ()
+    first = rng.uniform(2.0, 3.0)
+    latest = first * rng.uniform(0.2, 0.9)
+    return (first, latest + rng.uniform(0.0, 0.01), latest)
+
+
+def snapshot(seed: int, queued_tasks: int, busy: float = 0.85) -> ClusterSnapshot:
+    """A C120 with ``busy`` of its GPUs held and ``queued_tasks`` queued tasks (module
+    docstring)."""
+    rng = random.Random(seed)
+    free = {f"n{i:03d}": list(range(GPUS)) for i in range(NODES)}
+    target = int(busy * NODES * GPUS)
+    running: list[tuple[TraceJob, tuple[TaskPlacement, ...]]] = []
+    held = 0
+    while held < target:
+        gpus = min(rng.choice((1, 1, 2, 4, 8)), target - held)
+        nodes = [n for n, ids in free.items() if len(ids) >= gpus]
+        if not nodes:
+            nodes = [n for n, ids in free.items() if ids]
+            gpus = 1
+        node = rng.choice(nodes)
+        ids, free[node] = free[node][:gpus], free[node][gpus:]
+        placement = tuple(TaskPlacement(r, node, (g,)) for r, g in enumerate(ids))
+        trace = TraceJob(f"r{len(running)}", "u", 0.0, 3600.0, gpus, deadlines=_deadline(rng))
+        running.append((trace, placement))
+        held += gpus
+    queued: list[TraceJob] = []
+    count = 0
+    while count < queued_tasks:
+        gpus = min(rng.choice(SIZES), queued_tasks - count)
+        deadline = _deadline(rng)
+        queued.append(TraceJob(f"q{len(queued)}", "u", 0.0, 3600.0, gpus, deadlines=deadline))
+        count += gpus
+    featured = assign_mlfs_features([t for t, _ in running] + queued, rng)
+    running = [(t, p) for t, (_, p) in zip(featured[: len(running)], running, strict=True)]
+    queued = featured[len(running) :]
+
+    load = {n: [0.0] * len(RESOURCES) for n in free}
+    gpu_load: dict[str, dict[int, float]] = {n: {} for n in free}
+    active = []
+    for trace, placement in running:
+        demand = trace.demand
+        assert demand is not None
+        shares = demand.shares(1, GPUS)
+        for p in placement:
+            for i, share in enumerate(shares):
+                load[p.node_id][i] += share
+            gpu_load[p.node_id][p.gpu_indices[0]] = demand.gpu
+        iteration = rng.randint(10, 5000)
+        active.append(
+            JobView(
+                id=trace.id,
+                user="u",
+                spec=_spec(trace, trace.gpus),
+                state=JobState.RUNNING,
+                submit_time=NOW - 7200,
+                queued_since=NOW - 7000,
+                attempt=1,
+                suspensions=0,
+                iteration=iteration,
+                lease_expires_at=NOW - 1 if rng.random() < 1 / 3 else NOW + 200,
+                placement=placement,
+                running_since=NOW - 3000,
+                estimated_remaining_s=rng.uniform(60, 20_000),
+                losses=_losses(rng, iteration),
+                resource_usage={r: s * trace.gpus for r, s in zip(RESOURCES, shares, strict=True)},
+            )
+        )
+    waiting = []
+    for trace in queued:
+        resumed = rng.random() < 0.3
+        iteration = rng.randint(10, 5000) if resumed else 0
+        shares = trace.demand.shares(1, GPUS) if trace.demand else ()
+        usage = {r: s * trace.gpus for r, s in zip(RESOURCES, shares, strict=True)}
+        since = NOW - rng.uniform(0, 20_000)
+        waiting.append(
+            JobView(
+                id=trace.id,
+                user="u",
+                spec=_spec(trace, trace.gpus),
+                state=JobState.SUSPENDED if resumed else JobState.PENDING,
+                submit_time=since - 100,
+                queued_since=since,
+                attempt=int(resumed),
+                suspensions=int(resumed),
+                iteration=iteration,
+                estimated_remaining_s=rng.uniform(60, 20_000),
+                losses=_losses(rng, iteration),
+                resource_usage=usage if resumed else {},
+            )
+        )
+    nodes = tuple(
+        NodeView(
+            n,
+            tuple(range(GPUS)),
+            tuple(free[n]),
+            {r: min(1.0, u) for r, u in zip(RESOURCES, load[n], strict=True)},
+            {g: gpu_load[n].get(g, 0.0) for g in range(GPUS)},
+        )
+        for n in sorted(free)
+    )
+    ordered = tuple(sorted(waiting, key=lambda j: (j.queued_since, j.id)))
+    return ClusterSnapshot(NOW, nodes, ordered, tuple(active), default_lease_s=LEASE)
+
+
+def _deadline(rng: random.Random) -> tuple[Deadline, ...]:
+    # §4.1: max(1.1 t_e, t_r), t_r in [0.5, 24] h; t_e = 1 h here
+    return (Deadline(max(1.1 * 3600, rng.uniform(0.5, 24) * 3600), 100.0),)
+
+
+def _p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]  # nearest rank
+
+
+def _ms(seconds: float) -> float:
+    return round(1000 * seconds, 2)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=1000, help="queued tasks [%(default)s]")
+    parser.add_argument("--busy", type=float, default=0.85, help="GPUs held [%(default)s]")
+    parser.add_argument("--snapshots", type=int, default=20, help="[%(default)s]")
+    parser.add_argument("--repeats", type=int, default=3, help="decisions per snapshot")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    policy = MlfhPolicy()
+    times: list[float] = []
+    cpu: list[float] = []
+    launched = migrated = suspended = queued_jobs = 0
+    for seed in range(args.snapshots):
+        snap = snapshot(seed, args.tasks, args.busy)
+        queued_jobs += len(snap.queued)
+        for _ in range(args.repeats):
+            started, cpu_started = time.perf_counter(), time.process_time()
+            decision = policy.decide(snap)
+            times.append(time.perf_counter() - started)
+            cpu.append(time.process_time() - cpu_started)
+        launched += len(decision.launch)
+        migrated += len(decision.migrate)
+        suspended += len(decision.suspend)
+    row = {
+        "cluster": f"{NODES}x{GPUS}",
+        "busy": args.busy,
+        "queued_tasks": args.tasks,
+        "queued_jobs_mean": queued_jobs / args.snapshots,
+        "decisions": len(times),
+        "p50_ms": _ms(statistics.median(times)),
+        "p95_ms": _ms(_p95(times)),
+        "max_ms": _ms(max(times)),
+        "cpu_p50_ms": _ms(statistics.median(cpu)),
+        "cpu_p95_ms": _ms(_p95(cpu)),
+        "launches_per_decision": launched / args.snapshots,
+        "migrations_per_decision": migrated / args.snapshots,
+        "suspensions_per_decision": suspended / args.snapshots,
+    }
+    if args.json:
+        print(json.dumps(row))
+    else:
+        for key, value in row.items():
+            print(f"{key:>26} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

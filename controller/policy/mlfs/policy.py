@@ -1,0 +1,425 @@
+"""MLF-H, MLFS' heuristic scheduler (§3.3), as a :class:`~controller.policy.base.Policy`.
+
+Each cycle, from the snapshot alone:
+
+1. **Priorities** (§3.3.1). Every task of every queued and active job gets Eq. 6's priority
+   (:mod:`.priority`, features from :mod:`.jobs`). A job's priority is the largest of its tasks':
+   jobs are gang-scheduled, so a job leaves the queue when the first of its tasks would have,
+   its most urgent one (for a DAG usually a root, which Eq. 3 credits with its descendants;
+   for a data-parallel job every task is alike).
+2. **Overload** (§3.3.3). A server whose measured utilisation is above ``h_r`` on some resource
+   type is overloaded. If a node agent asked to move jobs off it (``migration_requested``), those
+   jobs' tasks there leave; otherwise MLF-H picks the tasks itself with
+   :func:`~controller.policy.mlfs.euclid.choose_migrations` (the function the agent uses). The
+   leaving tasks are queued *virtually*: their load leaves the server, they stay where they are.
+   A job asking to move whose servers look fine here moves all its tasks.
+3. **Queue** (§3.3.2). Queued jobs and migrating jobs, by priority (ties: id), are placed task by
+   task with :func:`~controller.policy.mlfs.euclid.choose_host` (:class:`.hosts.HostPool`), all
+   of a job or none of it; a job that does not fit is skipped and later ones may still fit
+   (backfilling), until no underloaded server has a free GPU. A placed queued job is launched;
+   a placed migrating job gets a :class:`Migrate` (its other tasks keep their GPUs); one that
+   could not be placed goes back to the queue (:class:`Suspend`), as §3.3.3 moves unassigned
+   migration tasks back to the queue. Migrations are not bound to lease boundaries.
+4. **Lease boundaries.** A queued job still waiting may displace active jobs whose lease has
+   expired and whose priority is strictly lower, lowest first, pruned to those needed; if GPUs
+   already on their way back suffice it reserves them and displaces nobody (as
+   :mod:`controller.policy.common`). It is placed at a later cycle, by the rules above. Every
+   other expired lease is renewed.
+5. **MLF-C** (§3.5), with ``load_control=True``: ``loadcontrol.load_control(snapshot, config)``
+   gives the jobs to stop; they take no further part in the decision.
+
+Measured vs. unknown load: a node without measurements counts busy GPUs / GPUs on each resource
+type and never counts as overloaded; a job never measured (``resource_usage`` empty) has no
+load. Live, node agents measure and pick the migrations; in the simulator nobody sets
+``migration_requested`` and MLF-H picks them from the utilisation the engine reports (the same
+function, the same rule: no branch on where it runs).
+
+GPUs are never shared in mlsched, so §3.3.3's per-GPU overload rule (the lowest-priority ``p_s``
+tasks of an overloaded GPU) cannot apply: moving the only task of a GPU moves its load with it.
+Overload is judged on the resource types; a free GPU is refused only if its own load is above
+``h_r`` (a process outside mlsched).
+
+State: none besides the memoised task graphs of :func:`.jobs.task_graph`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controller.placement import TaskPlacement
+from controller.policy.base import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Launch,
+    Migrate,
+    Renew,
+    Stop,
+    Suspend,
+)
+from controller.policy.common import GpuMap
+from controller.policy.mlfs.config import MlfsConfig
+from controller.policy.mlfs.euclid import (
+    DEFAULT_RESOURCES,
+    Server,
+    TaskLoad,
+    choose_migrations,
+    is_overloaded,
+)
+from controller.policy.mlfs.hosts import HostPool
+from controller.policy.mlfs.jobs import job_features, peer_traffic, task_demand
+from controller.policy.mlfs.priority import TaskKey, task_priorities
+
+
+@dataclass
+class _Mover:
+    """A job leaving overloaded servers: where from, which ranks."""
+
+    view: JobView
+    sources: set[str]
+    ranks: set[int]
+
+
+@dataclass
+class MlfhPolicy:
+    """MLF-H (module docstring). ``resources``: the resource types compared, in order;
+    ``preempt_ratio``: a queued job displaces an expired one only if its priority exceeds the
+    victim's times this (1: strictly higher, the rule as stated; larger damps the
+    time-slicing that Eq. 2's 1 / I term causes, ``docs/mlfs.md``)."""
+
+    config: MlfsConfig = field(default_factory=MlfsConfig)
+    load_control: bool = False
+    lease_s: float | None = None  # None: the controller's default lease
+    resources: tuple[str, ...] = DEFAULT_RESOURCES
+    preempt_ratio: float = 1.0
+    name: str = "mlf-h"
+
+    def __post_init__(self) -> None:
+        if not self.preempt_ratio >= 1.0:
+            raise ValueError(f"preempt_ratio must be >= 1, got {self.preempt_ratio}")
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        lease = self.lease_s or snapshot.default_lease_s
+        stops = self._stops(snapshot)
+        stopped = {s.job_id for s in stops}
+        active = [v for v in snapshot.active if v.id not in stopped]
+        pool = HostPool(snapshot.nodes, self.resources, self.config)
+        hot = self._hot(pool, active)
+        now = snapshot.now
+        # only the active jobs that may move or yield need a priority (Eqs. 3, 5 stay in a job)
+        involved = [
+            v
+            for v in active
+            if (v.lease_expires_at is not None and v.lease_expires_at <= now)
+            or v.migration_requested
+            or any(p.node_id in hot for p in v.placement)
+        ]
+        tasks = self._priorities(snapshot.queued, involved, now)
+        job_priority = _job_priorities(tasks)
+        movers = self._movers(hot, active, pool, tasks)
+        for mover in movers.values():  # virtually queued: their load leaves the server now
+            for p in mover.view.placement:
+                if p.rank in mover.ranks:
+                    pool.unload(p.node_id, task_demand(mover.view, self.resources))
+
+        launches: list[Launch] = []
+        migrations: list[Migrate] = []
+        suspends: list[Suspend] = []
+        waiting: list[JobView] = []  # queued jobs not placed, by priority
+        items = [(v, False) for v in snapshot.queued] + [(m.view, True) for m in movers.values()]
+        items.sort(key=lambda item: (-job_priority[item[0].id], item[0].id))
+        room = pool.room(1) > 0
+        for view, moving in items:
+            if moving:
+                mover = movers[view.id]
+                placement = self._move(view, mover, pool, tasks) if room else None
+                if placement is None:
+                    suspends.append(Suspend(view.id, "overloaded server; no host to move to"))
+                else:
+                    reason = f"moved off overloaded {', '.join(sorted(mover.sources))}"
+                    migrations.append(Migrate(view.id, placement, lease, reason))
+            else:
+                placement = self._launch(view, pool, tasks) if room else None
+                if placement is None:
+                    waiting.append(view)
+                else:
+                    launches.append(Launch(view.id, placement, lease))
+            room = room and pool.room(1) > 0
+
+        releasing = [p for v in snapshot.busy for p in v.placement]
+        for mover in movers.values():
+            releasing.extend(p for p in mover.view.placement if p.rank in mover.ranks)
+        expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
+        victims = self._preempt(waiting, expired, job_priority, pool, releasing)
+        suspends.extend(Suspend(v.id, reason) for v, reason in victims)
+        gone = {v.id for v, _ in victims}
+        renewals = tuple(Renew(v.id, lease) for v in expired if v.id not in gone)
+        return Decision(
+            launch=tuple(launches),
+            renew=renewals,
+            suspend=tuple(suspends),
+            migrate=tuple(migrations),
+            stop=stops,
+        )
+
+    # --- priorities -------------------------------------------------------------------------
+
+    def task_priorities(self, snapshot: ClusterSnapshot) -> dict[TaskKey, float]:
+        """P of Eq. 6 per task of every queued and active job; a data-parallel job is keyed by
+        its task 0 alone (all its tasks are alike)."""
+        return self._priorities(snapshot.queued, snapshot.active, snapshot.now)
+
+    def job_priorities(self, snapshot: ClusterSnapshot) -> dict[str, float]:
+        """Each queued and active job's priority: the largest of its tasks'."""
+        return _job_priorities(self.task_priorities(snapshot))
+
+    def _priorities(
+        self, queued: Iterable[JobView], active: Iterable[JobView], now: float
+    ) -> dict[TaskKey, float]:
+        features = [f for v in queued for f in job_features(v, now, queued=True)]
+        features += [f for v in active for f in job_features(v, now, queued=False)]
+        priorities = task_priorities(features, now, self.config)
+        return {k: p.total for k, p in priorities.items()}
+
+    # --- overload ---------------------------------------------------------------------------
+
+    def _hot(self, pool: HostPool, active: Iterable[JobView]) -> set[str]:
+        """The overloaded servers (measured utilisation above ``h_r``) running active jobs."""
+        h_r = self.config.h_r
+        hot = {sid for sid in pool.measured if is_overloaded(pool.servers[sid], h_r)}
+        return {p.node_id for v in active for p in v.placement if p.node_id in hot}
+
+    def _movers(
+        self,
+        hot: set[str],
+        active: Sequence[JobView],
+        pool: HostPool,
+        tasks: Mapping[TaskKey, float],
+    ) -> dict[str, _Mover]:
+        """Jobs with tasks to move off overloaded servers (§3.3.3), by job id."""
+        on_node: dict[str, list[tuple[JobView, TaskPlacement]]] = {}
+        for view in active:
+            for p in view.placement:
+                if p.node_id in hot:
+                    on_node.setdefault(p.node_id, []).append((view, p))
+        stuck = {
+            v.id
+            for pairs in on_node.values()
+            for v, _ in pairs
+            if self._oversized(v, task_demand(v, self.resources), pool)
+        }
+        movers: dict[str, _Mover] = {}
+        for sid in sorted(hot):
+            here = [(v, p) for v, p in on_node[sid] if v.id not in stuck]
+            asked = [(v, p) for v, p in here if v.migration_requested]
+            if asked:  # a node agent chose them
+                chosen = [(v.id, p.rank) for v, p in asked]
+            else:
+                traffic = {v.id: peer_traffic(v) for v, _ in here if len(v.placement) > 1}
+                loads = [self._task_load(v, p, tasks, traffic) for v, p in here]
+                server = Server(sid, pool.servers[sid].utilisation, {})
+                picked = choose_migrations(server, loads, self.config, self.resources)
+                chosen = [t.key for t in picked]
+            views = {v.id: v for v, _ in here}
+            for job_id, rank in chosen:
+                mover = movers.setdefault(job_id, _Mover(views[job_id], set(), set()))
+                mover.sources.add(sid)
+                mover.ranks.add(rank)
+        for view in active:  # asked to move, but its servers look fine from here: all of it
+            if (
+                view.migration_requested
+                and view.id not in movers
+                and view.placement
+                and not self._oversized(view, task_demand(view, self.resources), pool)
+            ):
+                nodes = {p.node_id for p in view.placement}
+                ranks = {p.rank for p in view.placement}
+                movers[view.id] = _Mover(view, nodes, ranks)
+        return movers
+
+    def _task_load(
+        self,
+        view: JobView,
+        p: TaskPlacement,
+        tasks: Mapping[TaskKey, float],
+        traffic: Mapping[str, Mapping[int, Mapping[TaskKey, float]]],
+    ) -> TaskLoad:
+        return TaskLoad(
+            job_id=view.id,
+            task=p.rank,
+            demand=task_demand(view, self.resources),
+            gpu=0.0,
+            priority=_task_priority(tasks, view.id, p.rank),
+            traffic=traffic.get(view.id, {}).get(p.rank, {}),
+        )
+
+    # --- placement --------------------------------------------------------------------------
+
+    def _launch(
+        self, view: JobView, pool: HostPool, tasks: Mapping[TaskKey, float]
+    ) -> tuple[TaskPlacement, ...] | None:
+        """All of a queued job's tasks on hosts (§3.3.2), or None."""
+        per_task = view.spec.gpus_per_process
+        count = view.spec.num_tasks
+        demand = self._demand(view, pool)
+        if count < 1 or pool.capacity(demand, per_task) < count:
+            return None
+        loads = self._loads(view, range(count), tasks, demand)
+        placed = pool.place(loads, per_task, {})
+        if placed is None:
+            return None
+        return tuple(TaskPlacement(k[1], node, gpus) for k, node, gpus in placed)
+
+    def _move(
+        self, view: JobView, mover: _Mover, pool: HostPool, tasks: Mapping[TaskKey, float]
+    ) -> tuple[TaskPlacement, ...] | None:
+        """A migrating job's placement: its leaving tasks on new hosts off their sources, the
+        others where they are; None when a leaving task finds no host."""
+        per_task = view.spec.gpus_per_process
+        ranks = sorted(mover.ranks)
+        demand = task_demand(view, self.resources)
+        if pool.capacity(demand, per_task, mover.sources) < len(ranks):
+            return None
+        staying = {(view.id, p.rank): p.node_id for p in view.placement if p.rank not in ranks}
+        loads = self._loads(view, ranks, tasks, demand)
+        placed = pool.place(loads, per_task, staying, mover.sources)
+        if placed is None:
+            return None
+        new = {k[1]: TaskPlacement(k[1], node, gpus) for k, node, gpus in placed}
+        return tuple(new.get(p.rank, p) for p in sorted(view.placement, key=lambda p: p.rank))
+
+    def _demand(self, view: JobView, pool: HostPool) -> tuple[float, ...]:
+        """A task's load for the fit test: its own, or none for a job too big for the cluster
+        under ``h_r`` (:meth:`_oversized`)."""
+        demand = task_demand(view, self.resources)
+        if self._oversized(view, demand, pool):
+            return (0.0,) * len(demand)
+        return demand
+
+    def _oversized(self, view: JobView, demand: Sequence[float], pool: HostPool) -> bool:
+        """Whether the job's tasks could not all run within ``h_r`` even on the idle cluster:
+        it would never start, so it is placed by free GPUs alone and never asked to move."""
+        per_task = view.spec.gpus_per_process
+        return any(demand) and pool.idle_capacity(demand, per_task) < view.spec.num_tasks
+
+    def _loads(
+        self,
+        view: JobView,
+        ranks: Iterable[int],
+        tasks: Mapping[TaskKey, float],
+        demand: tuple[float, ...],
+    ) -> list[TaskLoad]:
+        traffic = peer_traffic(view) if view.spec.num_tasks > 1 else {}
+        return [
+            TaskLoad(
+                job_id=view.id,
+                task=k,
+                demand=demand,
+                gpu=0.0,
+                priority=_task_priority(tasks, view.id, k),
+                traffic=traffic.get(k, {}),
+            )
+            for k in ranks
+        ]
+
+    # --- lease boundaries -------------------------------------------------------------------
+
+    def _preempt(
+        self,
+        waiting: Sequence[JobView],
+        expired: Sequence[JobView],
+        priority: Mapping[str, float],
+        pool: HostPool,
+        releasing: Iterable[TaskPlacement],
+    ) -> list[tuple[JobView, str]]:
+        """Victims for the waiting jobs, highest priority first (module docstring, step 4)."""
+        candidates = sorted(expired, key=lambda v: (priority[v.id], v.id))  # lowest first
+        ranks = [priority[v.id] * self.preempt_ratio for v in candidates]
+        avail = GpuMap(pool.free_map())
+        avail.give(releasing)
+        victims: list[tuple[JobView, str]] = []
+        chosen: set[str] = set()
+        failed: dict[int, tuple[int, int]] = {}  # per process -> (map version, fewest tasks)
+        for job in waiting:
+            gpus, per_task = job.spec.gpus, job.spec.gpus_per_process
+            placement = avail.place(gpus, per_task)
+            if placement is not None:  # GPUs on their way back will do: wait for them
+                avail.take(placement)
+                continue
+            cut = bisect_left(ranks, priority[job.id])  # P_victim * ratio < P_job
+            eligible = [v for v in candidates[:cut] if v.id not in chosen]
+            if not eligible:
+                if avail.total == 0:
+                    break  # later jobs rank no higher: nothing to reserve, nobody to displace
+                continue
+            seen = failed.get(per_task)
+            if seen is not None and seen[0] == avail.version and gpus // per_task >= seen[1]:
+                continue
+            picked = _victims_to_fit(avail, eligible, gpus, per_task)
+            if picked is None:
+                failed[per_task] = (avail.version, gpus // per_task)
+                continue
+            for v in picked:
+                chosen.add(v.id)
+                victims.append((v, f"lease expired; yields to higher-priority {job.id}"))
+                avail.give(v.placement)
+            placement = avail.place(gpus, per_task)
+            if placement is not None:
+                avail.take(placement)
+        return victims
+
+    def _stops(self, snapshot: ClusterSnapshot) -> tuple[Stop, ...]:
+        if not self.load_control:
+            return ()
+        from controller.policy.mlfs.loadcontrol import load_control  # MLF-C, §3.5
+
+        return tuple(load_control(snapshot, self.config))
+
+
+def _job_priorities(tasks: Mapping[TaskKey, float]) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for (job_id, _), p in tasks.items():
+        if job_id not in best or p > best[job_id]:
+            best[job_id] = p
+    return best
+
+
+def _task_priority(tasks: Mapping[TaskKey, float], job_id: str, rank: int) -> float:
+    p = tasks.get((job_id, rank))
+    return tasks.get((job_id, 0), 0.0) if p is None else p
+
+
+def _victims_to_fit(
+    avail: GpuMap, candidates: Sequence[JobView], gpus: int, per_task: int
+) -> list[JobView] | None:
+    """Fewest candidates, lowest priority first, whose GPUs let the job fit; then each is
+    dropped again, highest priority first, if the job still fits without it. Counted in whole
+    ``per_task`` chunks per node, which is exactly when ``place_job`` succeeds."""
+    need = gpus // per_task
+    have = {n: len(ids) for n, ids in avail.map.items()}
+    slots = avail.slots(per_task)
+    picked: list[tuple[JobView, dict[str, int]]] = []
+    for victim in candidates:
+        held: dict[str, int] = {}
+        for p in victim.placement:
+            if p.node_id in have:
+                held[p.node_id] = held.get(p.node_id, 0) + len(p.gpu_indices)
+        for node_id, count in held.items():
+            before = have[node_id] // per_task
+            have[node_id] += count
+            slots += have[node_id] // per_task - before
+        picked.append((victim, held))
+        if slots >= need:
+            break
+    else:
+        return None
+    for item in list(reversed(picked)):
+        loss = sum(have[n] // per_task - (have[n] - c) // per_task for n, c in item[1].items())
+        if slots - loss >= need:
+            slots -= loss
+            for node_id, count in item[1].items():
+                have[node_id] -= count
+            picked.remove(item)
+    return [victim for victim, _ in picked]

@@ -1,0 +1,272 @@
+"""MLF-RL's state: one feature row per candidate job, plus the cluster context (MLFS §3.4).
+
+A *candidate* is a queued job or a job with tasks to move off an overloaded server (a
+*mover*). Rows are per job: jobs are gang-scheduled in mlsched (all tasks launch together), so
+the decision unit is the job and its tasks enter as aggregates (the largest task priority, the
+largest partition share, edges per task). Every value goes through a fixed transform (log,
+ratio, clip) into roughly [0, 1]; nothing is fitted to data, so a row depends only on the
+snapshot.
+
+Per job, computed once per cycle (:func:`job_rows`; ``JOB_FEATURES``):
+
+* MLF-H's Eq. 2-5 inputs: urgency ``L^J``, ``1/I``, the loss-reduction ratio
+  ``δl_{I-1} / Σ δl_j``, the largest partition share ``S_k^J``, the deadline term
+  ``1/(d - t)`` and the remaining-time term ``1/r`` (hours, floored as in Eq. 4), the deadline
+  slack ``d - t - r``, the remaining time and the waiting time;
+* MLF-H's own priority ``P`` (Eq. 6, the job's largest task priority) and its two parts
+  ``P^ML`` and ``P^C`` of that task;
+* the job: GPUs requested (log and share of the cluster), iteration progress and budget, task
+  count, model parallelism and dependency edges per task, batch size, suspensions so far,
+  whether it is a mover, and its measured per-task demand per resource type.
+
+Per decision step (:func:`step_rows`; ``STEP_FEATURES``), because placements change the
+cluster: the job's rank by ``P`` among the remaining candidates, whether its tasks fit by GPU
+count on the underloaded servers, and whether they fit on one server. The context
+(``CONTEXT_FEATURES``): free-GPU share, mean utilisation per resource type, the largest
+server utilisation, the share of overloaded servers and the number of candidates left.
+
+Not used (``docs/mlfs.md``, *MLF-RL*): the model (algorithm) name, an open vocabulary whose
+effect on speed the remaining time already carries, and the training-data size, which mlsched
+jobs do not declare.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.policy.base import JobView
+from controller.policy.mlfs.config import MlfsConfig
+from controller.policy.mlfs.euclid import is_overloaded
+from controller.policy.mlfs.hosts import HostPool
+from controller.policy.mlfs.jobs import job_features, task_demand, task_graph
+from controller.policy.mlfs.priority import TaskFeatures, TaskKey, TaskPriority, loss_ratio
+from mlsched.model import IterationStop, TargetMetricStop
+
+JOB_FEATURES = (
+    "urgency",
+    "inv_iteration",
+    "loss_ratio",
+    "partition",
+    "deadline_term",
+    "slack",
+    "has_deadline",
+    "remaining_term",
+    "remaining",
+    "waiting",
+    "gpus_log",
+    "gpus_share",
+    "priority",
+    "priority_ml",
+    "priority_c",
+    "progress",
+    "budget_log",
+    "tasks_log",
+    "model_parallel",
+    "edges_per_task",
+    "batch_log",
+    "suspensions",
+    "mover",
+    "demand_gpu",
+    "demand_cpu",
+    "demand_memory",
+    "demand_bandwidth",
+)
+STEP_FEATURES = ("priority_rank", "room_ratio", "fits_one_server")
+CONTEXT_FEATURES = (
+    "free_gpus",
+    "util_gpu",
+    "util_cpu",
+    "util_memory",
+    "util_bandwidth",
+    "util_max",
+    "overloaded_share",
+    "candidates_log",
+)
+# What the network reads per candidate: its job row, its step row, the context.
+CANDIDATE_FEATURES = JOB_FEATURES + STEP_FEATURES + CONTEXT_FEATURES
+RESOURCES = ("gpu", "cpu", "memory", "bandwidth")  # the demand / utilisation columns, in order
+
+_MAX_URGENCY = 10.0  # L^J is clipped here (MLFS §3.3.1: L^J in [0, m])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A job the step may pick: queued, or a mover with ``ranks`` leaving ``sources``; or,
+    ``running``, an active job being ranked for preemption (never picked)."""
+
+    view: JobView
+    moving: bool = False
+    sources: frozenset[str] = frozenset()
+    ranks: tuple[int, ...] = ()
+    running: bool = False
+
+    @property
+    def tasks(self) -> int:
+        """Tasks to place: all of a queued job's, a mover's leaving ones."""
+        return len(self.ranks) if self.moving else self.view.spec.num_tasks
+
+
+def job_priorities(
+    priorities: Mapping[TaskKey, TaskPriority],
+) -> dict[str, TaskPriority]:
+    """Each job's priority: that of its task with the largest ``P`` (MLF-H's rule: a job
+    leaves the queue when its most urgent task would have), ties by the lower task index."""
+    best: dict[str, tuple[TaskPriority, int]] = {}
+    for (job_id, task), p in priorities.items():
+        held = best.get(job_id)
+        if held is None or p.total > held[0].total or (p.total == held[0].total and task < held[1]):
+            best[job_id] = (p, task)
+    return {job_id: p for job_id, (p, _) in best.items()}
+
+
+def job_row(
+    candidate: Candidate,
+    priority: TaskPriority,
+    now: float,
+    total_gpus: int,
+    config: MlfsConfig,
+    first: TaskFeatures | None = None,
+) -> list[float]:
+    """The ``JOB_FEATURES`` of one candidate (module docstring). ``first``: its task 0's
+    Eq. 2/4 features if already at hand (:func:`~controller.policy.mlfs.jobs.job_features`,
+    waiting time counted only for a queued job)."""
+    view = candidate.view
+    spec = view.spec
+    unit, floor = config.time_unit_s, config.min_horizon_s
+    if first is None:
+        queued = not (candidate.moving or candidate.running)
+        first = job_features(view, now, queued=queued)[0]
+    tasks = max(1, spec.num_tasks)
+    shares, children = task_graph(tasks, spec.mlfs)
+    if first.deadline is not None:
+        to_deadline = first.deadline - now
+        deadline_term = _log1p(unit / max(to_deadline, floor))
+        slack = math.tanh((to_deadline - (first.remaining_s or 0.0)) / unit)
+    else:
+        deadline_term, slack = 0.0, 1.0  # §3.1: no deadline is the maximum deadline
+    remaining = first.remaining_s
+    budget = _budget(view)
+    demand = task_demand(view, RESOURCES)
+    return [
+        min(max(first.urgency, 0.0), _MAX_URGENCY),
+        1.0 / first.iteration,
+        loss_ratio(first),
+        max(shares, default=1.0),
+        deadline_term,
+        slack,
+        float(first.deadline is not None),
+        0.0 if remaining is None else _log1p(unit / max(remaining, floor)),
+        0.0 if remaining is None else _log1p(remaining / unit),
+        _log1p(first.waiting_s / unit),
+        math.log2(max(1, spec.gpus)) / 5.0,
+        spec.gpus / total_gpus if total_gpus else 0.0,
+        _log1p(priority.total),
+        _log1p(priority.ml),
+        _log1p(priority.computation),
+        min(1.0, view.iteration / budget) if budget else 0.0,
+        math.log10(1 + budget) / 6.0,
+        math.log2(tasks) / 5.0,
+        float(len(spec.mlfs.partitions) > 1),
+        sum(len(c) for c in children) / tasks,
+        math.log2(1 + max(0, spec.batch_size)) / 12.0,
+        _log1p(view.suspensions),
+        float(candidate.moving),
+        *demand,
+    ]
+
+
+def job_rows(
+    candidates: Sequence[Candidate],
+    priorities: Mapping[str, TaskPriority],
+    now: float,
+    total_gpus: int,
+    config: MlfsConfig,
+    firsts: Mapping[str, TaskFeatures] | None = None,
+) -> np.ndarray:
+    """``JOB_FEATURES`` of every candidate, one row each (float32); ``firsts``: task 0's
+    features by job id where already at hand."""
+    firsts = firsts or {}
+    rows = [
+        job_row(c, priorities[c.view.id], now, total_gpus, config, firsts.get(c.view.id))
+        for c in candidates
+    ]
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), len(JOB_FEATURES))
+
+
+def context_row(pool: HostPool, total_gpus: int, candidates_left: int) -> list[float]:
+    """``CONTEXT_FEATURES`` of the servers as the decision has left them so far."""
+    servers = list(pool.servers.values())
+    free = sum(len(s.gpus) for s in servers)
+    types = len(pool.resources)
+    means = [0.0] * len(RESOURCES)
+    peak = 0.0
+    hot = 0
+    for s in servers:
+        for i, r in enumerate(RESOURCES):
+            if r in pool.resources:
+                means[i] += s.utilisation[pool.resources.index(r)]
+        if types:
+            peak = max(peak, *s.utilisation)
+        hot += is_overloaded(s, pool.config.h_r)
+    count = max(1, len(servers))
+    return [
+        free / total_gpus if total_gpus else 0.0,
+        *(m / count for m in means),
+        peak,
+        hot / count,
+        _log1p(candidates_left) / 5.0,
+    ]
+
+
+def step_rows(
+    candidates: Sequence[Candidate],
+    totals: np.ndarray,
+    pool: HostPool,
+) -> np.ndarray:
+    """``STEP_FEATURES`` of the given candidates; ``totals`` holds their ``P`` (same order)."""
+    n = len(candidates)
+    out = np.zeros((n, len(STEP_FEATURES)), dtype=np.float32)
+    if n == 0:
+        return out
+    order = np.argsort(-totals, kind="stable")
+    ranks = np.empty(n, dtype=np.float32)
+    ranks[order] = np.arange(n, dtype=np.float32)
+    out[:, 0] = ranks / max(1, n - 1)
+    h_r = pool.config.h_r
+    under = [s for s in pool.servers.values() if not is_overloaded(s, h_r)]
+    room: dict[tuple[int, frozenset[str]], tuple[int, int]] = {}
+    for i, c in enumerate(candidates):
+        per_task = max(1, c.view.spec.gpus_per_process)
+        key = (per_task, c.sources)
+        if key not in room:
+            chunks = [len(s.gpus) // per_task for s in under if s.id not in c.sources]
+            room[key] = (sum(chunks), max(chunks, default=0))
+        total, best = room[key]
+        tasks = max(1, c.tasks)
+        out[i, 1] = min(1.0, total / tasks)
+        out[i, 2] = float(best >= tasks)
+    return out
+
+
+def candidate_matrix(job: np.ndarray, step: np.ndarray, context: Sequence[float]) -> np.ndarray:
+    """The network's input: per candidate its job row, step row and the context row."""
+    n = job.shape[0]
+    ctx = np.broadcast_to(np.asarray(context, dtype=np.float32), (n, len(CONTEXT_FEATURES)))
+    return np.concatenate([job, step, ctx], axis=1).astype(np.float32, copy=False)
+
+
+def _budget(view: JobView) -> int:
+    stopping = view.spec.stopping
+    if isinstance(stopping, IterationStop):
+        return max(0, stopping.iterations)
+    if isinstance(stopping, TargetMetricStop):
+        return max(0, stopping.max_iterations)
+    return 0
+
+
+def _log1p(value: float) -> float:
+    return math.log1p(value) if value > 0 and math.isfinite(value) else 0.0

@@ -1,0 +1,65 @@
+"""MLF-RL (MLFS §3.4) as a :class:`~controller.policy.base.Policy`.
+
+The cycle is :func:`.cycle.plan`; the choices are the network's, deterministically: at each
+step the candidate (or hold) with the largest logit, ties to the first (MLF-H's order, hold
+last); at lease boundaries a waiting job may displace an expired one that the network scores
+strictly lower. The network is loaded once, from ``model_path`` (default: the shipped
+``default_model.pt``); a missing or damaged file raises :class:`.network.ModelError` when the
+policy is made. ``load_control=True`` adds MLF-C's stops (§3.5), which makes it MLFS.
+
+State: the network's weights, fixed after loading; ``decide`` is a function of the snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from controller.policy.base import ClusterSnapshot, Decision
+from controller.policy.mlfs.config import MlfsConfig
+from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
+from controller.policy.mlfs.rl.cycle import Step, plan
+from controller.policy.mlfs.rl.network import FrozenPointer, PointerNet, load_model
+
+
+@dataclass
+class MlfRlPolicy:
+    """MLF-RL (module docstring). ``network``: use this one instead of loading a file."""
+
+    model_path: str | Path | None = None
+    config: MlfsConfig = field(default_factory=MlfsConfig)
+    load_control: bool = False
+    lease_s: float | None = None  # None: the controller's default lease
+    resources: tuple[str, ...] = DEFAULT_RESOURCES
+    name: str = "mlf-rl"
+    network: PointerNet | None = field(default=None, repr=False, compare=False)
+    meta: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.network is None:
+            self.network, self.meta = load_model(self.model_path)
+        self._frozen = FrozenPointer(self.network)  # inference in NumPy (network.py)
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        return plan(
+            snapshot,
+            self,
+            self.config,
+            resources=self.resources,
+            lease_s=self.lease_s,
+            load_control=self.load_control,
+        )
+
+    def choose(self, step: Step) -> int:
+        """The step's answer: argmax of the network's logits (hold is the last)."""
+        return int(np.argmax(self._logits(step)))
+
+    def rank(self, step: Step) -> np.ndarray:
+        """The network's score of each job (its logit before the softmax)."""
+        return self._logits(step)[:-1]
+
+    def _logits(self, step: Step) -> np.ndarray:
+        return self._frozen.logits(step.features, step.context)

@@ -1,0 +1,354 @@
+"""The node's load as MLFS sees it, and the overload detector (MLFS §3.3.2-3.3.3).
+
+Load (:func:`measure_load`): shares (0-1) of this agent's capacities per resource type
+("gpu", "cpu", "memory", "bandwidth"), for the server (``U_s``) and for every running task
+(``U_k``), from the samples the agent already takes (NVML and psutil, ``metrics.py``).
+
+- **Capacities** are what the agent counts as 100%: ``--cpu-capacity`` cores,
+  ``--memory-capacity`` bytes and ``--bandwidth-capacity`` bytes/s, by default the machine's
+  (:func:`machine_capacity`: every CPU, all memory, the summed link speed of the non-loopback
+  interfaces that are up; 0 when no speed is known, which makes the bandwidth share 0).
+- **Scope.** ``machine`` (default, one agent per server): the server's CPU, memory and network
+  are the whole machine's, whoever uses them. ``tasks`` (several agents sharing one machine, as
+  in a local cluster): the server's load is the sum of this agent's tasks, so one agent's load
+  is not its neighbours'.
+- **Per task**: CPU is the CPU time of the task's process tree over the sample interval (one
+  busy core = 1 core), memory its summed resident set. Network traffic cannot be attributed to
+  processes portably (Linux counts it per interface or namespace), so the node's non-loopback
+  rate is split equally among the running tasks.
+- **GPUs**: a real GPU's utilisation is NVML's (a GPU is held by one task, so its load is that
+  task's). A virtual slot measures nothing; its utilisation is taken from the CPU share of the
+  task holding it (the task's cores over the CPU capacity, split over its slots), since a task
+  on a virtual slot trains on the CPU. The server's "gpu" share is the mean over its GPUs; a
+  task's "gpu" demand is the sum of its GPUs' utilisations over the server's GPU count, and its
+  per-GPU load (for the hot-GPU rule) is that of its busiest GPU.
+
+Detector (:class:`OverloadDetector`): the server is overloaded when a resource type or a GPU
+is above ``h_r`` (§3.3.2). Once that holds for ``samples`` samples in a row (no flapping on one
+busy moment), :func:`~controller.policy.mlfs.euclid.choose_migrations` picks the tasks to move
+out: the Euclidean distance to the ideal virtual task, among the lowest-priority ``p_s`` of the
+tasks on overloaded GPUs while a GPU is overloaded, repeated until the server would not be
+overloaded (§3.3.3). Tasks already asked for count as gone (their load is taken off first) and
+are not asked for again until they leave or ``cooldown_s`` passes.
+
+Only a GPU that several running tasks share counts for the per-GPU rule. The paper's tasks share
+GPUs; mlsched gives GPUs whole, and a GPU busy with its one task is that task using what it
+holds: moving it moves the load along (and no host could take it: §3.3.2's host check adds the
+task's GPU load to the target GPU). So, as in MLF-H's policy, a GPU held by one task never makes
+the server overloaded; its utilisation still counts in the server's "gpu" share.
+
+Priority stand-in: the agent does not know MLF-H's priorities (the controller computes them).
+It ranks tasks by the start of their attempt, the oldest lowest: a task that has trained
+longest has had its largest loss reductions already, which is what MLFS' priority (Eq. 2)
+rewards least. Suspending or stopping tasks are not candidates; traffic between tasks is not
+measured, so every traffic share is 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import psutil
+
+from controller.policy.mlfs.config import MlfsConfig
+from controller.policy.mlfs.euclid import (
+    DEFAULT_RESOURCES,
+    Server,
+    TaskLoad,
+    choose_migrations,
+    overloaded_gpus,
+    remove,
+)
+from nodeagent.clock import Clock, SystemClock
+from nodeagent.model import NodeMetrics, RunningTask, TaskMetrics, TaskRef
+
+log = logging.getLogger(__name__)
+
+RESOURCES = DEFAULT_RESOURCES  # ("gpu", "cpu", "memory", "bandwidth")
+SCOPES = ("machine", "tasks")
+_EPS = 1e-9  # as euclid: reaching h_r exactly is not an overload
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What counts as 100% of each resource type on this node."""
+
+    cpu_cores: float
+    memory_bytes: int
+    bandwidth_bytes_per_s: float = 0.0  # 0: unknown
+
+
+def machine_capacity(
+    cpu_cores: float | None = None,
+    memory_bytes: int | None = None,
+    bandwidth_bytes_per_s: float | None = None,
+) -> Capacity:
+    """The given capacities, the machine's where one is None."""
+    if cpu_cores is None:
+        cpu_cores = float(os.cpu_count() or 1)
+    if memory_bytes is None:
+        memory_bytes = int(psutil.virtual_memory().total)
+    if bandwidth_bytes_per_s is None:
+        bandwidth_bytes_per_s = link_speed_bytes_per_s()
+    return Capacity(cpu_cores, memory_bytes, bandwidth_bytes_per_s)
+
+
+def link_speed_bytes_per_s() -> float:
+    """Summed speed of the non-loopback interfaces that are up (0 when none is known)."""
+    try:
+        stats = psutil.net_if_stats()
+    except (OSError, psutil.Error):
+        return 0.0
+    mbit = sum(
+        s.speed
+        for name, s in stats.items()
+        if s.isup and s.speed > 0 and not (name == "lo" or name.startswith("lo:"))
+    )
+    return mbit * 1e6 / 8
+
+
+@dataclass(frozen=True)
+class TaskShare:
+    """One task's demand: shares of this node's capacities."""
+
+    ref: TaskRef
+    demand: Mapping[str, float]
+    gpu_index: int | None
+    gpu_utilization: float
+    priority: float
+    movable: bool
+    gpu_indices: tuple[int, ...] = ()  # every GPU it holds
+
+
+@dataclass(frozen=True)
+class NodeLoadReport:
+    """The server's shares, per resource type and per GPU, and its tasks'."""
+
+    utilization: Mapping[str, float]
+    gpu_utilization: Mapping[int, float]
+    capacity: Capacity
+    tasks: tuple[TaskShare, ...] = ()
+
+
+def _share(used: float, capacity: float) -> float:
+    if capacity <= 0 or not math.isfinite(used):
+        return 0.0
+    return min(1.0, max(0.0, used / capacity))
+
+
+def measure_load(
+    node: NodeMetrics,
+    tasks: Sequence[tuple[RunningTask, TaskMetrics]],
+    capacity: Capacity,
+    *,
+    scope: str = "machine",
+    virtual_gpus: Collection[int] = (),
+    machine_cpus: int | None = None,
+) -> NodeLoadReport:
+    """The load of the server and of each task (module docstring) from one sample."""
+    if scope not in SCOPES:
+        raise ValueError(f"load scope must be one of {SCOPES}, got {scope!r}")
+    cpus = machine_cpus or os.cpu_count() or 1
+    net = max(0.0, node.net_rx_bytes_per_s) + max(0.0, node.net_tx_bytes_per_s)
+    per_task_net = net / len(tasks) if tasks else 0.0
+    cores = {t.ref: max(0.0, m.cpu_percent) / 100.0 for t, m in tasks}
+    # Virtual slots: the CPU share of the task holding them, split over its slots.
+    gpu_util: dict[int, float] = {}
+    for g in node.gpus:
+        if g.index not in virtual_gpus:
+            gpu_util[g.index] = min(1.0, max(0.0, g.utilization_percent / 100.0))
+        else:
+            gpu_util[g.index] = 0.0
+    for task, _ in tasks:
+        slots = [i for i in task.gpu_indices if i in virtual_gpus and i in gpu_util]
+        for i in slots:
+            part = _share(cores[task.ref], capacity.cpu_cores) / len(slots)
+            gpu_util[i] = min(1.0, gpu_util[i] + part)
+    gpu_count = len(gpu_util)
+    shares = []
+    for task, metrics in tasks:
+        held = [i for i in task.gpu_indices if i in gpu_util]
+        busiest = min(held, key=lambda i: (-gpu_util[i], i)) if held else None
+        demand = {
+            "gpu": min(1.0, sum(gpu_util[i] for i in held) / gpu_count) if gpu_count else 0.0,
+            "cpu": _share(cores[task.ref], capacity.cpu_cores),
+            "memory": _share(metrics.memory_rss_bytes, capacity.memory_bytes),
+            "bandwidth": _share(per_task_net, capacity.bandwidth_bytes_per_s),
+        }
+        shares.append(
+            TaskShare(
+                ref=task.ref,
+                demand=demand,
+                gpu_index=busiest,
+                gpu_utilization=gpu_util[busiest] if busiest is not None else 0.0,
+                priority=task.launched_at,
+                movable=task.movable,
+                gpu_indices=tuple(held),
+            )
+        )
+    if scope == "machine":
+        used_cores = max(0.0, node.cpu_percent) / 100.0 * cpus
+        used_memory = float(node.memory_used_bytes)
+        used_net = net
+    else:
+        used_cores = sum(cores.values())
+        used_memory = float(sum(m.memory_rss_bytes for _, m in tasks))
+        used_net = net if tasks else 0.0
+    utilization = {
+        "gpu": sum(gpu_util.values()) / gpu_count if gpu_count else 0.0,
+        "cpu": _share(used_cores, capacity.cpu_cores),
+        "memory": _share(used_memory, capacity.memory_bytes),
+        "bandwidth": _share(used_net, capacity.bandwidth_bytes_per_s),
+    }
+    return NodeLoadReport(utilization, gpu_util, capacity, tuple(shares))
+
+
+@dataclass(frozen=True)
+class OverloadSettings:
+    """The detector's parameters (flags of ``mlsched agent``)."""
+
+    enabled: bool = True
+    h_r: float = 0.9  # MLFS §4.1
+    p_s: float = 0.1  # MLFS §4.1
+    samples: int = 3  # consecutive overloaded samples before acting
+    cooldown_s: float = 60.0  # before the same task may be asked for again
+
+    def validate(self) -> None:
+        """Raise ValueError when a parameter is out of range."""
+        MlfsConfig(h_r=self.h_r, p_s=self.p_s)  # the paper's ranges, checked once
+        if self.samples < 1:
+            raise ValueError("overload samples must be >= 1")
+        if not self.cooldown_s >= 0:
+            raise ValueError("the migration cool-down must be >= 0")
+
+
+@dataclass(frozen=True)
+class MigrationWish:
+    """A task the Euclidean rule chose to move off this server."""
+
+    ref: TaskRef
+    server_utilization: Mapping[str, float]
+    demand: Mapping[str, float]
+    reason: str
+
+
+def shared_gpus(load: NodeLoadReport) -> dict[int, float]:
+    """The GPUs more than one running task holds, with their utilisation."""
+    holders: dict[int, int] = {}
+    for share in load.tasks:
+        for index in share.gpu_indices:
+            holders[index] = holders.get(index, 0) + 1
+    return {i: u for i, u in load.gpu_utilization.items() if holders.get(i, 0) > 1}
+
+
+def _task_load(share: TaskShare, shared: Mapping[int, float]) -> TaskLoad:
+    """The task for the Euclidean rule; its GPU is its busiest shared one (None: no shared
+    GPU, the per-GPU rule does not concern it)."""
+    mine = [i for i in share.gpu_indices if i in shared]
+    busiest = min(mine, key=lambda i: (-shared[i], i)) if mine else None
+    return TaskLoad(
+        job_id=share.ref.job_id,
+        task=share.ref.rank,
+        demand=tuple(share.demand[r] for r in RESOURCES),
+        gpu=shared[busiest] if busiest is not None else 0.0,
+        gpu_index=busiest,
+        priority=share.priority,
+    )
+
+
+class OverloadDetector:
+    """Turns successive load reports into migration requests (module docstring).
+
+    ``observe`` returns what to ask for; call ``requested`` for each request actually sent, so
+    a request lost with a dropped session is made again at the next sample.
+    """
+
+    def __init__(
+        self, node_id: str, settings: OverloadSettings, clock: Clock | None = None
+    ) -> None:
+        settings.validate()
+        self._node_id = node_id
+        self._settings = settings
+        self._config = MlfsConfig(h_r=settings.h_r, p_s=settings.p_s)
+        self._clock = clock or SystemClock()
+        self._streak = 0
+        self._pending: dict[TaskRef, float] = {}  # asked for at (monotonic)
+
+    @property
+    def streak(self) -> int:
+        """Consecutive overloaded samples so far."""
+        return self._streak
+
+    def pending(self) -> frozenset[TaskRef]:
+        """Tasks asked for and still within their cool-down."""
+        return frozenset(self._pending)
+
+    def requested(self, ref: TaskRef) -> None:
+        """A request for ``ref`` went out."""
+        self._pending[ref] = self._clock.monotonic()
+
+    def hot(self, load: NodeLoadReport) -> list[str]:
+        """What is above ``h_r``: resource types, then GPUs (empty: not overloaded)."""
+        h_r = self._config.h_r
+        server = self._server(load)
+        hot = [
+            f"{r} {u:.3f}"
+            for r, u in zip(RESOURCES, server.utilisation, strict=True)
+            if u > h_r + _EPS
+        ]
+        hot += [f"GPU {i} {server.gpus[i]:.3f}" for i in overloaded_gpus(server, h_r)]
+        return hot
+
+    def observe(self, load: NodeLoadReport) -> list[MigrationWish]:
+        """One sample: the tasks to ask the controller to move, in the order chosen."""
+        if not self._settings.enabled:
+            return []
+        now = self._clock.monotonic()
+        live = {t.ref for t in load.tasks}
+        self._pending = {
+            ref: at
+            for ref, at in self._pending.items()
+            if ref in live and now - at < self._settings.cooldown_s
+        }
+        hot = self.hot(load)
+        if not hot:
+            self._streak = 0
+            return []
+        self._streak += 1
+        if self._streak < self._settings.samples:
+            return []
+        server = self._server(load)
+        shared = dict(server.gpus)
+        for share in load.tasks:
+            if share.ref in self._pending:  # already asked to leave: count it as gone
+                server = remove(server, _task_load(share, shared))
+        candidates = [
+            share for share in load.tasks if share.movable and share.ref not in self._pending
+        ]
+        by_key = {(s.ref.job_id, s.ref.rank): s for s in candidates}
+        loads = [_task_load(s, shared) for s in candidates]
+        chosen = choose_migrations(server, loads, self._config)
+        reason = (
+            f"{self._node_id} overloaded for {self._streak} samples "
+            f"({', '.join(hot)} > h_r {self._config.h_r:.2f}): "
+            "closest to the ideal virtual task (MLFS §3.3.3)"
+        )
+        wishes = []
+        for pick in chosen:
+            share = by_key[pick.key]
+            wishes.append(
+                MigrationWish(share.ref, dict(load.utilization), dict(share.demand), reason)
+            )
+        return wishes
+
+    def _server(self, load: NodeLoadReport) -> Server:
+        """The server for the Euclidean rule: its GPUs are the shared ones (module docstring)."""
+        return Server(
+            self._node_id,
+            tuple(load.utilization.get(r, 0.0) for r in RESOURCES),
+            shared_gpus(load),
+        )

@@ -1,0 +1,159 @@
+"""MLFS overload handling live (§3.3.3): node-a's agent measures an overload, asks to move the
+task MLFS' Euclidean rule names, and MLF-H moves it to node-b, where it resumes from its
+checkpoint and completes.
+
+Memory is the overloaded resource: unlike CPU time on this shared two-core machine, resident
+memory does not depend on what else runs. node-a counts 2.6 GB as its whole memory
+(``--memory-capacity``), node-b the machine's. Two training jobs run on node-a:
+
+- ``mover`` holds a 1.3 GB ballast from its start and trains slowly (CPU nearly idle), at full
+  speed once resumed;
+- ``grower`` starts small; when the test creates the ``go`` file it allocates 0.9 GB, which
+  takes node-a's memory above h_r = 90% (about 3.0 of 2.6 GB).
+
+With memory overloaded the ideal virtual task is (GPU min, CPU min, memory max, network 0):
+``mover``, the largest memory user with an idle CPU, is the closest, not ``grower``, which
+tipped the node over (and burnt CPU allocating). Without ``mover`` node-a is at about 50%;
+``mover`` (65% of node-a's memory) fits node-b.
+
+node-b joins only once both jobs run on node-a (MLF-H spreads jobs over idle nodes), and the
+overload starts only after that, so the migration always has somewhere to go. The agent asks
+at the first overloaded sample (``--overload-samples 1``): the policy would otherwise pick the
+same task itself from the same numbers (hysteresis is covered by the unit tests).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlsched.model import IterationStop, JobSpec, JobState
+
+pytestmark = pytest.mark.integration
+
+MEMORY_CAPACITY = 2_600_000_000
+MOVER_STEPS = 300
+
+TRAINER = r'''
+"""A small trainer_shim job holding a memory ballast (see tests/integration/test_overload.py)."""
+import argparse
+import os
+import time
+
+import torch
+from torch import nn
+
+import trainer_shim
+
+p = argparse.ArgumentParser()
+p.add_argument("--ballast-mb", type=int, default=0)
+p.add_argument("--go-file", default="", help="allocate the ballast once this file exists")
+p.add_argument("--step-s", type=float, default=0.1)
+p.add_argument("--resumed-step-s", type=float, default=None, help="pace once resumed")
+p.add_argument("--checkpoint-every", type=int, default=0)
+args = p.parse_args()
+ballast = None
+
+with trainer_shim.init() as job:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = job.restore(model, optimizer=optimizer)
+    pace = args.resumed_step_s if job.restored and args.resumed_step_s else args.step_s
+    while not job.should_stop():
+        if ballast is None and (not args.go_file or os.path.exists(args.go_file)):
+            ballast = bytearray(b"\x01") * (args.ballast_mb << 20)  # resident: every page written
+        time.sleep(pace)
+        loss = model(torch.randn(8, 4)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        step += 1
+        job.report(step, loss=loss.item(), iteration_time=pace)
+        if job.should_suspend():
+            job.save_checkpoint(step, model, optimizer=optimizer)
+            break
+        if args.checkpoint_every and step % args.checkpoint_every == 0:
+            job.save_checkpoint(step, model, optimizer=optimizer)
+    if job.suspend_reason is None:
+        job.save_checkpoint(step, model, optimizer=optimizer)
+'''
+
+
+def trainer_spec(script: Path, name: str, steps: int, *args: str) -> JobSpec:
+    return JobSpec(
+        name=name,
+        command=(sys.executable, str(script), *args),
+        gpus=1,
+        stopping=IterationStop(steps),
+        working_dir=str(script.parent),
+        env=(("OMP_NUM_THREADS", "1"),),
+    )
+
+
+def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
+    make_cluster, wait_job, ended, tmp_path
+):
+    script = tmp_path / "ballast_trainer.py"
+    script.write_text(TRAINER)
+    go = tmp_path / "go"
+    cluster = make_cluster(nodes={}, policy="mlf-h")
+    overload_flags = ["--overload-samples", "1", "--migration-cooldown", "600"]
+    cluster.start_agent(
+        "node-a", gpus=2, extra=["--memory-capacity", str(MEMORY_CAPACITY), *overload_flags]
+    )
+    cluster.wait_for_nodes({"node-a"})
+    with cluster.client("alice") as client:
+        mover = client.submit(
+            trainer_spec(
+                script,
+                "mover",
+                MOVER_STEPS,
+                "--ballast-mb",
+                "1300",
+                "--step-s",
+                "0.1",
+                "--resumed-step-s",
+                "0.005",
+                "--checkpoint-every",
+                "5",
+            )
+        )
+        grower = client.submit(
+            trainer_spec(script, "grower", 10_000_000, "--ballast-mb", "900", "--go-file", str(go))
+        )
+        wait_job(cluster, client, grower.id, lambda j: j.state is JobState.RUNNING)
+        # a checkpoint: mover holds its ballast and trains at its idle pace
+        wait_job(cluster, client, mover.id, lambda j: j.checkpoint_step > 0)
+        assert {t.node_id for j in (mover, grower) for t in client.get(j.id)[1]} == {"node-a"}
+        cluster.start_agent("node-b", gpus=1, extra=overload_flags)
+        cluster.wait_for_nodes({"node-b"})
+
+        go.touch()  # grower allocates: node-a's memory goes over h_r
+        requested = cluster.wait_for_event(lambda e: e.kind == "migration_requested", timeout_s=60)
+        done = wait_job(cluster, client, mover.id, ended, timeout_s=180)
+        grower_now, grower_tasks = client.get(grower.id)
+        events = list(client.events(after_seq=0))
+        client.cancel(grower.id)
+
+    # node-a's agent asked for the Euclidean choice, and only for it
+    assert (requested.job_id, requested.node_id) == (mover.id, "node-a")
+    assert "memory" in requested.message and "node-a overloaded" in requested.message
+    assert [e.job_id for e in events if e.kind == "migration_requested"] == [mover.id]
+    ordered = [e for e in events if e.kind == "migration_ordered" and e.job_id == mover.id]
+    assert len(ordered) == 1 and "overloaded node-a" in ordered[0].message
+    # it checkpointed, resumed on node-b from that checkpoint and completed there
+    assert done.state is JobState.COMPLETED, done.message
+    assert done.iteration == MOVER_STEPS
+    assert done.suspensions == 1
+    [resume] = done.resumes
+    assert resume.from_nodes == ("node-a",) and resume.to_nodes == ("node-b",)
+    assert resume.checkpoint_step > 0
+    assert resume.restored_step == resume.checkpoint_step
+    assert done.node_history == ["node-a", "node-b"]
+    # the job that tipped the node over was not the one moved
+    assert not [e for e in events if e.kind == "migration_ordered" and e.job_id == grower.id]
+    assert grower_now.state is JobState.RUNNING
+    assert [t.node_id for t in grower_tasks] == ["node-a"]
