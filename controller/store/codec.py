@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from mlsched.jobspec import mlfs_to_dict
 from mlsched.model import (
     Deadline,
     GpuInfo,
@@ -17,9 +18,11 @@ from mlsched.model import (
     JobState,
     MetricGoal,
     MigrationTarget,
+    MlfsSpec,
     Node,
     ResumeRecord,
     SpeedSample,
+    StopOption,
     StoppingCriterion,
     TargetMetricStop,
     Task,
@@ -58,6 +61,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "env": [list(p) for p in spec.env],
         "max_retries": spec.max_retries,
         "batch_size": spec.batch_size,
+        "mlfs": mlfs_to_dict(spec.mlfs),
     }
 
 
@@ -74,6 +78,20 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         env=tuple((k, v) for k, v in d["env"]),
         max_retries=d["max_retries"],
         batch_size=d["batch_size"],
+        mlfs=_mlfs_from_dict(d.get("mlfs")),  # absent in rows written before MLFS
+    )
+
+
+def _mlfs_from_dict(d: dict[str, Any] | None) -> MlfsSpec:
+    if d is None:
+        return MlfsSpec()
+    return MlfsSpec(
+        urgency=d["urgency"],
+        partitions=tuple(d["partitions"]),
+        dependencies=tuple((parent, child) for parent, child in d["dependencies"]),
+        stop_option=StopOption(d["stop_option"]),
+        system_may_switch=d["system_may_switch"],
+        required_accuracy=d["required_accuracy"],
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from controller.store import SqliteStore, StoredState
+from controller.store.codec import spec_from_dict, spec_to_dict
 from mlsched.model import (
     Deadline,
     Event,
@@ -21,10 +22,12 @@ from mlsched.model import (
     JobSpec,
     JobState,
     MetricGoal,
+    MlfsSpec,
     Node,
     NodeMetrics,
     ResumeRecord,
     SpeedSample,
+    StopOption,
     TargetMetricStop,
     Task,
     TaskState,
@@ -415,3 +418,23 @@ def test_event_numbers_are_never_reused_after_reopening(tmp_path):
     second = SqliteStore(path)
     assert second.append_event(9.0, "k", "m").seq > last.seq
     second.close()
+
+
+def test_mlfs_spec_round_trips_and_old_rows_get_the_default(store):
+    mlfs = MlfsSpec(
+        urgency=7.5,
+        partitions=(0.5, 0.25, 0.25),
+        dependencies=((0, 1), (0, 2)),
+        stop_option=StopOption.REQUIRED,
+        system_may_switch=True,
+        required_accuracy=0.8,
+    )
+    job = full_job()
+    job.spec = replace(job.spec, gpus=3, mlfs=mlfs)
+    store.save_job(job)
+    loaded = store.load().jobs["j-full"].spec.mlfs
+    assert loaded == mlfs
+    assert isinstance(loaded.dependencies[0], tuple)
+    old = spec_to_dict(job.spec)
+    del old["mlfs"]
+    assert spec_from_dict(old).mlfs == MlfsSpec()
