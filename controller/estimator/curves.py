@@ -20,13 +20,15 @@ below are ours (docs/estimator-curves.md has the reasons and measured accuracy).
   below 0. Otherwise a curve may rise at most ``_GENERIC_GAIN`` observed ranges further. No
   fit may cross that limit by ``max_iterations``.
 * **Fitting.** Bounded least squares by variable projection: each family is linear in
-  ``(c, A)``, solved in closed form under the bounds for every candidate ``theta``; ``theta``
-  (one or two shape parameters) is searched on a coarse grid over its whole bounded range,
-  refined twice around the best point and polished by Newton steps, all families in one numpy
-  matrix per round. A fit cannot diverge and rarely ends in a poor local optimum, and no scipy
-  is needed: ``scipy.optimize.curve_fit`` (trust-region, bounded) took 8-10 ms per family fit
-  here, about 100 ms per prediction with the held-out fits, and scipy is only in the ``[sim]``
-  extra, not in the controller's install.
+  ``(c, A)``, solved in closed form under the bounds for any shape ``theta`` (one or two
+  parameters, each within fixed bounds), so only ``theta`` is searched. A coarse grid over the
+  whole bounded range (all families in one numpy matrix) gives the start; then
+  ``scipy.optimize.leastsq`` (MINPACK's Levenberg-Marquardt, finite-difference Jacobian)
+  minimises the projected residuals, the bounds kept by a sine transform (:func:`_refine`).
+  It reaches the optima that ``scipy.optimize.least_squares`` reaches with the bounds
+  themselves (trust-region reflective, the method of bounded ``curve_fit``) at a fourth of the
+  cost or less: ``least_squares`` spends far more Python per iteration (measurements in
+  docs/estimator-curves.md).
 * **Weights.** Domhan samples the ensemble weights by MCMC, far too slow for a scheduler that
   predicts for thousands of jobs. Each family is instead weighted by the inverse square of its
   extrapolation error: refitted to the first two thirds of the history, scored (RMSE) on the
@@ -61,7 +63,7 @@ _ERR_FLOOR = 1e-3  # RMSE floor in normalised units (0.1 % of the observed range
 _GENERIC_GAIN = 4.0  # an unbounded metric may rise at most this many observed ranges further
 _FTOL = 1e-5  # leastsq: stop when a step lowers the SSE by less than this share
 _XTOL = 1e-7  # ... or moves p (about 2 pi, see _refine) by less than this share
-_FACTOR = 0.1  # leastsq: the first step is at most this share of |p|, about 0.6 (radians)
+_FACTOR = 0.1  # leastsq: the first step is at most this share of |p|: 0.6-0.9 (radians)
 _MAX_NFEV = 300  # residual evaluations per fit, finite-difference Jacobians included
 _EDGE = 0.999  # a start on a bound is moved in to sin(p) = +-_EDGE, where du/dp is not 0
 _UNFIT = 1e3  # residuals of a non-finite candidate: far worse than any fit (see _refine)
@@ -152,15 +154,13 @@ def _mesh(lines: Sequence[np.ndarray]) -> np.ndarray:
 
 def _family(name: str, h: Callable[..., np.ndarray], *axes: _Axis) -> _Family:
     coarse = _mesh([np.linspace(axis.low, axis.high, axis.count) for axis in axes])
-    columns = [coarse[:, j : j + 1] for j in range(len(axes))]
+    theta = [10.0 ** coarse[:, [j]] if axis.log else coarse[:, [j]] for j, axis in enumerate(axes)]
     return _Family(
         name,
         h,
         axes,
         coarse,
-        tuple(
-            _read_only(10.0**u if a.log else u.copy()) for u, a in zip(columns, axes, strict=True)
-        ),
+        tuple(map(_read_only, theta)),
         _read_only(np.array([axis.low for axis in axes])),
         _read_only(np.array([axis.high for axis in axes])),
     )
