@@ -44,6 +44,7 @@ State: none besides the memoised task graphs of :func:`.jobs.task_graph`.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -86,14 +87,17 @@ class _Mover:
 class MlfhPolicy:
     """MLF-H (module docstring). ``resources``: the resource types compared, in order;
     ``preempt_ratio``: a queued job displaces an expired one only if its priority exceeds the
-    victim's times this (1: strictly higher, the rule as stated; larger damps the
-    time-slicing that Eq. 2's 1 / I term causes, ``docs/mlfs.md``)."""
+    victim's times this. The default, infinity, never preempts for priority: in MLFS §3.3 a
+    running task leaves its server only when the server is overloaded, and "preempted tasks"
+    are those migration tasks. A finite ratio adds lease-boundary preemption (1: strictly
+    higher priority; larger damps the time-slicing Eq. 2's 1 / I term causes,
+    ``docs/mlfs.md``)."""
 
     config: MlfsConfig = field(default_factory=MlfsConfig)
     load_control: bool = False
     lease_s: float | None = None  # None: the controller's default lease
     resources: tuple[str, ...] = DEFAULT_RESOURCES
-    preempt_ratio: float = 1.0
+    preempt_ratio: float = math.inf
     name: str = "mlf-h"
 
     def __post_init__(self) -> None:
@@ -106,6 +110,10 @@ class MlfhPolicy:
         stopped = {s.job_id for s in stops}
         active = [v for v in snapshot.active if v.id not in stopped]
         pool = HostPool(snapshot.nodes, self.resources, self.config)
+        for view in snapshot.busy:  # leaving (suspending, migrating): their load goes with them
+            for p in view.placement:
+                if p.node_id in pool.servers:
+                    pool.unload(p.node_id, task_demand(view, self.resources))
         hot = self._hot(pool, active)
         now = snapshot.now
         # only the active jobs that may move or yield need a priority (Eqs. 3, 5 stay in a job)
@@ -152,7 +160,11 @@ class MlfhPolicy:
         for mover in movers.values():
             releasing.extend(p for p in mover.view.placement if p.rank in mover.ranks)
         expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
-        victims = self._preempt(waiting, expired, job_priority, pool, releasing)
+        victims = (
+            self._preempt(waiting, expired, job_priority, pool, releasing)
+            if math.isfinite(self.preempt_ratio)
+            else []
+        )
         suspends.extend(Suspend(v.id, reason) for v, reason in victims)
         gone = {v.id for v, _ in victims}
         renewals = tuple(Renew(v.id, lease) for v in expired if v.id not in gone)

@@ -149,7 +149,8 @@ def plan(
     waiting: list[JobView] = []
     remaining = list(range(len(candidates)))
     while remaining and pool.room(1) > 0:
-        eligible = [i for i in remaining if _fits_by_count(pool, candidates[i])]
+        room: dict[tuple[int, frozenset[str]], int] = {}
+        eligible = [i for i in remaining if _fits_by_count(pool, candidates[i], room)]
         if not eligible:
             break
         offered = tuple(candidates[i] for i in eligible)
@@ -221,10 +222,16 @@ def plan(
     )
 
 
-def _fits_by_count(pool: HostPool, candidate: Candidate) -> bool:
+def _fits_by_count(
+    pool: HostPool, candidate: Candidate, room: dict[tuple[int, frozenset[str]], int]
+) -> bool:
+    """Whether the underloaded servers have enough free GPUs for the candidate's tasks;
+    ``room`` memoises the pool's answers within a step."""
     tasks = candidate.tasks
-    per_task = candidate.view.spec.gpus_per_process
-    return tasks >= 1 and pool.room(per_task, candidate.sources) >= tasks
+    key = (candidate.view.spec.gpus_per_process, candidate.sources)
+    if key not in room:
+        room[key] = pool.room(*key)
+    return tasks >= 1 and room[key] >= tasks
 
 
 # --- movers (§3.3.3), as MLF-H picks them ---------------------------------------------------

@@ -83,8 +83,10 @@ class PointerNet(nn.Module):
 
 
 class FrozenPointer:
-    """The network's forward pass in NumPy (float64), for inference: no autograd, no torch
-    thread pool, the same result as :meth:`PointerNet.forward` up to rounding."""
+    """The network's forward pass in NumPy (float64), for inference: the same result as
+    :meth:`PointerNet.forward` up to rounding, without autograd and without a thread pool
+    (``einsum`` runs NumPy's own loops, not BLAS: on a busy machine a BLAS or torch thread
+    pool made each small product 10-100 times slower)."""
 
     def __init__(self, net: PointerNet) -> None:
         def weights(layer: nn.Linear) -> tuple[np.ndarray, np.ndarray]:
@@ -102,13 +104,14 @@ class FrozenPointer:
     def logits(self, candidates: np.ndarray, context: np.ndarray) -> np.ndarray:
         """``candidates`` (n >= 1, F), ``context`` (C,) -> logits (n + 1,), hold last."""
         (w1, b1), (w2, b2) = self._enc
-        h = np.tanh(np.tanh(candidates.astype(np.float64) @ w1 + b1) @ w2 + b2)
+        x = candidates.astype(np.float64)
+        h = np.tanh(np.einsum("nf,fh->nh", np.tanh(np.einsum("nf,fh->nh", x, w1) + b1), w2) + b2)
         ws, bs = self._score
-        scores = h @ ws[:, 0] + bs[0]
+        scores = np.einsum("nh,h->n", h, ws[:, 0]) + bs[0]
         pooled = np.concatenate([context.astype(np.float64), h.mean(axis=0), h.max(axis=0)])
         (v1, c1), (v2, c2) = self._hold
-        hold = np.tanh(pooled @ v1 + c1) @ v2[:, 0] + c2[0]
-        return np.append(scores, hold)
+        hold = np.einsum("h,h->", np.tanh(np.einsum("p,ph->h", pooled, v1) + c1), v2[:, 0])
+        return np.append(scores, hold + c2[0])
 
 
 def step_log_probs(

@@ -266,6 +266,19 @@ def test_mlf_h_picks_the_task_closest_to_the_ideal_virtual_task() -> None:
     ]
 
 
+def test_a_leaving_jobs_load_no_longer_counts_against_its_server() -> None:
+    # n0 reads cpu 0.95 (HOT) while "big" (cpu 0.6) is already suspending on its way out:
+    # without it n0 is at 0.35, not overloaded, so "small" stays and nothing else moves.
+    big = replace(
+        running("big", "n0", (0,), resource_usage={"gpu": 0.1, "cpu": 0.6, **_rest()}),
+        state=JobState.SUSPENDING,
+    )
+    small = running("small", "n0", (1,), resource_usage={"gpu": 0.1, "cpu": 0.35, **_rest()})
+    nodes = [node("n0", (), HOT), node("n1", (0, 1), (0.1, 0.1, 0.1, 0.1))]
+    decision = MlfhPolicy().decide(snap(nodes, [], [small], [big]))
+    assert decision.migrate == () and decision.suspend == ()
+
+
 def _rest() -> dict[str, float]:
     return {"memory": 0.1, "bandwidth": 0.1}
 
@@ -300,12 +313,20 @@ def test_a_job_too_big_for_the_cluster_under_h_r_runs_anyway_and_stays_put() -> 
 # --- lease boundaries ----------------------------------------------------------------------------
 
 
+def test_mlfh_never_preempts_for_priority_by_default() -> None:
+    # MLFS §3.3: running tasks leave only overloaded servers; the expired job is renewed.
+    q = replace(queued("q", 2), spec=spec(2, MlfsSpec(urgency=10.0)))
+    r = running("r", "n0", (0, 1), expires=NOW)
+    decision = MlfhPolicy().decide(snap([node("n0", ())], [q], [r]))
+    assert decision.suspend == () and [x.job_id for x in decision.renew] == ["r"]
+
+
 def test_an_expired_lower_priority_job_yields_at_the_lease_boundary() -> None:
     # Queued q: urgency 10, new: P >= 0.3 * 10 = 3. Running r: I = 901, no losses (ratio
     # 1/900), 10 h left: P = 0.3/901/900 + 0.7 * 0.3 / 10 = 0.021.
     q = replace(queued("q", 2), spec=spec(2, MlfsSpec(urgency=10.0)))
     r = running("r", "n0", (0, 1), expires=NOW)
-    decision = MlfhPolicy().decide(snap([node("n0", ())], [q], [r]))
+    decision = MlfhPolicy(preempt_ratio=1.0).decide(snap([node("n0", ())], [q], [r]))
     assert [s.job_id for s in decision.suspend] == ["r"]
     assert "q" in decision.suspend[0].reason
     assert decision.launch == () and decision.renew == ()  # q starts once the GPUs are back
@@ -316,11 +337,11 @@ def test_an_expired_lower_priority_job_yields_at_the_lease_boundary() -> None:
         MlfhPolicy(preempt_ratio=0.5)
     # Lease not expired: nobody yields, nothing to answer.
     later = replace(r, lease_expires_at=NOW + 1)
-    assert MlfhPolicy().decide(snap([node("n0", ())], [q], [later])).suspend == ()
+    assert MlfhPolicy(preempt_ratio=1.0).decide(snap([node("n0", ())], [q], [later])).suspend == ()
     # The queued job ranks lower (urgency 0, r nearly done): r is renewed.
     low = replace(q, spec=spec(2, MlfsSpec(urgency=0.0)))
     done_soon = replace(r, estimated_remaining_s=60.0)
-    decision = MlfhPolicy().decide(snap([node("n0", ())], [low], [done_soon]))
+    decision = MlfhPolicy(preempt_ratio=1.0).decide(snap([node("n0", ())], [low], [done_soon]))
     assert decision.suspend == () and [x.job_id for x in decision.renew] == ["r"]
 
 
@@ -328,7 +349,7 @@ def test_gpus_on_their_way_back_are_reserved_instead_of_preempting() -> None:
     q = replace(queued("q", 2), spec=spec(2, MlfsSpec(urgency=10.0)))
     r = running("r", "n0", (0, 1), expires=NOW)
     leaving = replace(running("x", "n0", (2, 3)), state=JobState.SUSPENDING)
-    decision = MlfhPolicy().decide(snap([node("n0", ())], [q], [r], [leaving]))
+    decision = MlfhPolicy(preempt_ratio=1.0).decide(snap([node("n0", ())], [q], [r], [leaving]))
     assert decision.suspend == () and [x.job_id for x in decision.renew] == ["r"]
 
 
@@ -338,7 +359,7 @@ def test_fewest_victims_lowest_priority_first() -> None:
     a = running("a", "n0", (0,), expires=NOW, estimated_remaining_s=600.0)
     b = running("b", "n0", (1,), expires=NOW, estimated_remaining_s=3600.0)
     c = running("c", "n0", (2,), expires=NOW, estimated_remaining_s=36_000.0)
-    decision = MlfhPolicy().decide(snap([node("n0", ())], [q], [a, b, c]))
+    decision = MlfhPolicy(preempt_ratio=1.0).decide(snap([node("n0", ())], [q], [a, b, c]))
     assert sorted(s.job_id for s in decision.suspend) == ["b", "c"]
     assert [x.job_id for x in decision.renew] == ["a"]
 
