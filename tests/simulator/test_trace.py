@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -291,14 +290,3 @@ def test_shared_mix_traces(name, counts, zero_gpu_rows):
         for j in slo
         if j.job_class is JobClass.SOFT_SLO
     )
-
-
-@pytest.mark.parametrize("name", ["MIX1", "MIX2"])
-def test_shared_mix_load_time(name):
-    path = shared_file(f"chronus_philly/trace_job_Philly_{name}.csv")
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        load_philly(path)
-        best = min(best, time.perf_counter() - start)
-    assert best < 1.0, f"loading {name} took {best:.2f} s"

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
-import time
 import warnings
 
 import numpy as np
@@ -249,32 +247,12 @@ def test_noisy_and_odd_histories_never_raise_nor_warn():
                 assert prediction.iteration > last
 
 
-def test_long_history_is_thinned_and_fast():
+def test_long_history_is_thinned():
     rng = random.Random(3)
     history = [(t, 0.9 - 0.8 * math.exp(-t / 3000) + rng.gauss(0, 0.01)) for t in range(1, 2001)]
-    started = time.perf_counter()
     prediction = predict_target_iteration(history, 0.89, MAX, 50_000)
-    assert time.perf_counter() - started < 1.0
     assert prediction.models
     assert 2000 < prediction.iteration <= 50_000
-
-
-def test_fast_enough_for_the_simulator():
-    # Target p50 10-20 ms on 10-40 points (benchmarks/bench_curves.py measures it); the bound
-    # here is loose so that a busy CI machine does not fail it (40-50 ms at load 6 on 2 cores),
-    # but catches a 10x regression.
-    rng = random.Random(1)
-    times = []
-    for n in (10, 20, 40):
-        for _ in range(5):
-            history = [
-                (t, 0.85 - 0.6 * math.exp(-t / 800) + rng.gauss(0, 0.01))
-                for t in range(25, 25 * n + 1, 25)
-            ]
-            started = time.perf_counter()
-            predict_target_iteration(history, 0.84, MAX, 100 * n)
-            times.append(time.perf_counter() - started)
-    assert statistics.median(times) < 0.2
 
 
 # --- the fit itself (internals) ----------------------------------------------------------------

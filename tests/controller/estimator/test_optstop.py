@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 
@@ -119,13 +118,10 @@ def test_invalid_input_raises():
         OptStopConfig(min_points=2)
 
 
-def test_long_histories_are_fast_and_deterministic():
+def test_long_histories_are_deterministic():
     history = curve(saturating, 5120)  # 256 points, the controller's cap
-    started = time.perf_counter()
     first = predict_best(history, MAXIMIZE, MAX)
-    elapsed = time.perf_counter() - started
     assert first == predict_best(history, MAXIMIZE, MAX)
-    assert elapsed < 0.5  # about 5 ms on the development machine
 
 
 # --- the near-best rule ----------------------------------------------------------------------

@@ -6,8 +6,6 @@ hour (3600 s), horizon floor 60 s.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from controller.policy.mlfs.config import MlfsConfig
@@ -214,11 +212,8 @@ def test_deep_pipeline_and_many_jobs() -> None:
         for j in range(250)
         for i, c in edges.items()
     ]
-    start = time.perf_counter()
-    p = task_priorities(queued, now=0.0)
-    elapsed = time.perf_counter() - start
+    p = task_priorities(queued, now=0.0)  # its speed: benchmarks/bench_mlfh.py
     assert len(p) == 1000
-    assert elapsed < 1.0  # a few ms in practice; generous for a loaded CI machine
     deep = task_priorities(pipeline, now=0.0)
     # Own P^ML = 1 for each stage: the head has sum of 0.8^h for h < 5000, i.e. about 5.
     assert deep["p", 0].ml == pytest.approx(5.0)
