@@ -138,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     from controller.cli import add_controller_command
     from nodeagent.cli import add_agent_command
     from simulator.cli import add_simulate_command
+    from simulator.rltrain import add_train_command
 
     parser = argparse.ArgumentParser(
         prog="mlsched", description="Scheduler for deep-learning training jobs on GPU clusters."
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_controller_command(sub)
     add_agent_command(sub)
     add_simulate_command(sub)
+    add_train_command(sub)
 
     p = sub.add_parser("submit", help="submit a job from a YAML spec")
     p.add_argument("file", help="job spec (YAML)")

@@ -12,18 +12,21 @@ switches to it "when it is well trained (converged)". Here:
    cycle (:func:`~controller.policy.mlfs.rl.cycle.plan`) replays the snapshot with MLF-H's
    chooser and records every step (the candidates' features and MLF-H's choice); the share of
    cycles where the replay equals MLF-H's own decision is logged. The network is fitted to
-   these choices by cross-entropy (``imitation_epochs`` passes).
+   these choices by cross-entropy (``imitation_epochs`` passes), its value head to the
+   episodes' returns (below).
 3. **Policy gradient (phase 2).** Each epoch runs ``episodes_per_epoch`` training episodes with
    the network *sampling* its choices, computes each cycle's reward (Eq. 7, :func:`cycle_rewards`)
    from the simulated outcome, gives every step of cycle ``t`` the discounted return over a
-   window, ``Σ_{i=0}^{m} η^i r_{t+i}`` (§3.4, ``window`` cycles, η = 0.95), and takes
-   REINFORCE steps with the value head as baseline (advantage = normalised return - value),
-   an entropy bonus and a value loss.
+   window, ``Σ_{i=0}^{m} η^i r_{t+i}`` (§3.4, ``window`` cycles, η = 0.95), standardises the
+   returns per episode, and takes REINFORCE steps with the value head as baseline (advantage =
+   standardised return - value, centred and scaled per batch), an entropy bonus and a value
+   loss.
 4. **Validation.** After imitation and after every epoch the network runs deterministically
    (argmax, the ``mlf-rl`` policy) on the held-out jobs; its *validation reward* is the
-   episode's Eq. 7 total (:func:`episode_objectives`). Training stops when the relative change
-   of the validation reward stayed below ``tolerance`` for ``patience`` consecutive epochs
-   (converged) or after ``epochs``; the network of the best validation reward is kept.
+   episode's Eq. 7 total (:func:`episode_objectives`). After ``min_epochs`` epochs, training
+   stops when the relative change of the validation reward stayed below ``tolerance`` for
+   ``patience`` consecutive epochs (converged), or after ``epochs``; the network of the best
+   validation reward (the imitation's included) is kept.
 
 Reward (Eq. 7, β = (0.5, 0.55, 0.25, 0.15, 0.15), §4.1). Eq. 1's objectives are made additive
 over cycles and dimensionless, so that a cycle's reward can be credited to the decisions before
@@ -57,25 +60,23 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from controller.policy.base import ClusterSnapshot, Decision, JobView
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.jobs import task_graph
 from controller.policy.mlfs.policy import MlfhPolicy
 from controller.policy.mlfs.rl.cycle import MlfhChooser, Step, plan
-from controller.policy.mlfs.rl.network import (
-    FrozenPointer,
-    PointerNet,
-    save_model,
-    step_log_probs,
-)
-from controller.policy.mlfs.rl.policy import MlfRlPolicy
 from mlsched.model import MlfsSpec
 from simulator.engine import ClusterShape, SimConfig, Simulation
 from simulator.types import JobModel, SimResult, TraceJob
+
+if TYPE_CHECKING:  # torch is imported when training starts: ``mlsched`` itself starts fast
+    import torch
+
+    from controller.policy.mlfs.rl.network import FrozenPointer, PointerNet
 
 BETAS = (0.5, 0.55, 0.25, 0.15, 0.15)  # MLFS §4.1: β_1 .. β_5 of Eq. 7
 ETA = 0.95  # MLFS §4.1: η, the discount of future rewards
@@ -86,16 +87,18 @@ class TrainConfig:
     """How to train (module docstring); every count >= 1 unless said otherwise."""
 
     seed: int = 0
-    epochs: int = 20  # most policy-gradient epochs (0: imitation only)
-    imitation_episodes: int = 3
-    imitation_epochs: int = 4
+    epochs: int = 40  # most policy-gradient epochs (0: imitation only)
+    min_epochs: int = 15  # policy-gradient epochs before the convergence test applies
+    imitation_episodes: int = 9  # (at most the training episodes there are)
+    imitation_epochs: int = 20
+    imitation_batch_steps: int = 64  # steps per gradient step in imitation
     episode_jobs: int = 200
-    episodes_per_epoch: int = 2
+    episodes_per_epoch: int = 4
     validation_jobs: int = 200
     hidden: int = 64
-    lr: float = 1e-3
+    lr: float = 2e-3
     imitation_lr: float = 3e-3
-    batch_steps: int = 256  # steps per gradient step
+    batch_steps: int = 128  # steps per gradient step
     entropy: float = 0.01  # entropy bonus weight
     value: float = 0.5  # value-loss weight
     window: int = 30  # cycles in a decision's return (the paper's t_m)
@@ -108,6 +111,7 @@ class TrainConfig:
         for name in (
             "imitation_episodes",
             "imitation_epochs",
+            "imitation_batch_steps",
             "episode_jobs",
             "episodes_per_epoch",
             "validation_jobs",
@@ -117,8 +121,9 @@ class TrainConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.epochs < 0:
-            raise ValueError(f"epochs must be >= 0, got {self.epochs}")
+        for name in ("epochs", "min_epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.hidden < 2:
             raise ValueError(f"hidden must be >= 2, got {self.hidden}")
         for name in ("lr", "imitation_lr", "tolerance"):
@@ -143,6 +148,8 @@ class EpochLog:
     loss: float
     entropy: float | None
     seconds: float
+    validation_holds: float = 0.0  # share of validation steps answered "hold"
+    validation_deviations: float = 0.0  # share that picked another job than MLF-H would
 
 
 @dataclass
@@ -348,12 +355,9 @@ class _Teacher:
         self.steps.add(step, action, self.cycle)
         return action
 
-    def rank(self, step: Step) -> np.ndarray:
-        return self._mlfh.rank(step)
-
 
 class _Sampler:
-    """The network's choices, drawn from its softmax, recorded; its scores rank."""
+    """The network's choices, drawn from its softmax, recorded."""
 
     def __init__(self, frozen: FrozenPointer, rng: np.random.Generator) -> None:
         self.steps = _Steps()
@@ -368,9 +372,6 @@ class _Sampler:
         action = int(self._rng.choice(len(p), p=p))
         self.steps.add(step, action, self.cycle)
         return action
-
-    def rank(self, step: Step) -> np.ndarray:
-        return self._frozen.logits(step.features, step.context)[:-1]
 
 
 class _Episode:
@@ -426,7 +427,7 @@ def _same(a: Decision, b: Decision) -> bool:
     def key(d: Decision) -> tuple:
         return (
             d.launch,
-            d.migrate and tuple((m.job_id, m.placement) for m in d.migrate),
+            tuple((m.job_id, m.placement) for m in d.migrate),
             sorted(s.job_id for s in d.suspend),
             sorted(r.job_id for r in d.renew),
         )
@@ -453,12 +454,26 @@ def _run_episode(
     """One sampled episode, its rewards and each step's discounted return."""
     episode = _Episode(jobs, sampler, MlfsConfig())
     result = Simulation(jobs, episode, shape, model, sim).run()
+    returns = _step_returns(result, episode, sampler.steps, config)
+    return _Run(result, sampler.steps, returns, episode_reward(result, config.betas))
+
+
+def _step_returns(
+    result: SimResult, episode: _Episode, steps: _Steps, config: TrainConfig
+) -> np.ndarray:
+    """Each recorded step's return: its cycle's discounted reward over the window."""
     bandwidth = [*episode.bandwidth, {}]
     rewards = cycle_rewards(result, episode.cycles, bandwidth, config.betas)
     by_cycle = discounted_returns(rewards, config.eta, config.window)
-    recorded = sampler.steps
-    returns = by_cycle[np.asarray(recorded.cycles, dtype=int)] if len(recorded) else np.zeros(0)
-    return _Run(result, recorded, returns, episode_reward(result, config.betas))
+    return by_cycle[np.asarray(steps.cycles, dtype=int)] if len(steps) else np.zeros(0)
+
+
+@dataclass(frozen=True)
+class Validation:
+    reward: float  # Eq. 7 total of the episode
+    steps: int  # decision steps taken
+    holds: int  # steps answered "hold"
+    deviations: int  # steps that picked another job than MLF-H's first choice
 
 
 def validate(
@@ -468,10 +483,22 @@ def validate(
     model: JobModel,
     sim: SimConfig | None = None,
     betas: Sequence[float] = BETAS,
-) -> float:
-    """The deterministic ``mlf-rl`` policy's Eq. 7 total over ``jobs``."""
-    policy = MlfRlPolicy(network=network)
-    return episode_reward(Simulation(jobs, policy, shape, model, sim or SimConfig()).run(), betas)
+) -> Validation:
+    """The deterministic ``mlf-rl`` policy over ``jobs``: its Eq. 7 total and its choices."""
+    from controller.policy.mlfs.rl.policy import MlfRlPolicy
+
+    counts = [0, 0, 0]
+
+    class Counting(MlfRlPolicy):
+        def choose(self, step: Step) -> int:
+            answer = super().choose(step)
+            counts[0] += 1
+            counts[1] += answer == step.hold
+            counts[2] += answer != step.hold and answer != MlfhChooser().choose(step)
+            return answer
+
+    result = Simulation(jobs, Counting(network=network), shape, model, sim or SimConfig()).run()
+    return Validation(episode_reward(result, betas), *counts)
 
 
 # --- updates --------------------------------------------------------------------------------
@@ -487,6 +514,10 @@ def _evaluate(
     net: PointerNet, steps: _Steps, index: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(log-prob of the recorded answer, entropy, value) of the given steps."""
+    import torch
+
+    from controller.policy.mlfs.rl.network import step_log_probs
+
     counts = [steps.features[i].shape[0] for i in index]
     rows = torch.from_numpy(np.concatenate([steps.features[i] for i in index]))
     contexts = torch.from_numpy(np.stack([steps.contexts[i] for i in index]))
@@ -506,21 +537,40 @@ def _evaluate(
     return chosen, entropy, values
 
 
+def _standardised(returns: np.ndarray) -> np.ndarray:
+    """An episode's step returns centred and scaled: what the value head predicts and the
+    advantage is measured against, so that episodes of lighter or heavier load weigh alike."""
+    scale = float(returns.std()) or 1.0
+    return (returns - returns.mean()) / scale
+
+
+def _tensor(values: np.ndarray) -> torch.Tensor:
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(values)).float()
+
+
 def _imitate(
-    net: PointerNet, steps: _Steps, config: TrainConfig, rng: random.Random
+    net: PointerNet, steps: _Steps, returns: np.ndarray, config: TrainConfig, rng: random.Random
 ) -> tuple[float, float]:
-    """Cross-entropy passes over MLF-H's choices: (last pass's mean loss, accuracy)."""
+    """Cross-entropy passes over MLF-H's choices, the value head fitted to MLF-H's
+    (standardised) returns on the way: (last pass's mean cross-entropy, top-choice accuracy)."""
+    import torch
+
     optimizer = torch.optim.Adam(net.parameters(), lr=config.imitation_lr)
+    target = _tensor(returns)
     loss_sum, hits = 0.0, 0
     for _ in range(config.imitation_epochs):
         loss_sum, hits = 0.0, 0
-        for index in _batches(len(steps), config.batch_steps, rng):
-            chosen, _, _ = _evaluate(net, steps, index)
-            loss = -chosen.mean()
+        for index in _batches(len(steps), config.imitation_batch_steps, rng):
+            chosen, _, values = _evaluate(net, steps, index)
+            g = target[torch.tensor(index)]
+            cross_entropy = -chosen.mean()
+            loss = cross_entropy + config.value * ((values - g) ** 2).mean()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            loss_sum += float(loss) * len(index)
+            loss_sum += cross_entropy.item() * len(index)
             hits += int((chosen.detach() > math.log(0.5)).sum())
     return loss_sum / max(1, len(steps)), hits / max(1, len(steps))
 
@@ -534,14 +584,16 @@ def _reinforce(
     rng: random.Random,
 ) -> tuple[float, float]:
     """One REINFORCE pass with the value baseline: (mean loss, mean entropy)."""
-    scale = float(returns.std()) or 1.0
-    target = torch.from_numpy((returns - returns.mean()) / scale).float()
+    import torch
+
+    target = _tensor(returns)
     loss_sum, entropy_sum = 0.0, 0.0
     for index in _batches(len(steps), config.batch_steps, rng):
         chosen, entropy, values = _evaluate(net, steps, index)
         g = target[torch.tensor(index)]
         advantage = g - values.detach()
-        advantage = advantage / (advantage.std() + 1e-8) if len(index) > 1 else advantage
+        if len(index) > 1:  # centred and scaled within the batch
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
         loss = (
             -(chosen * advantage).mean()
             + config.value * ((values - g) ** 2).mean()
@@ -551,7 +603,7 @@ def _reinforce(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         optimizer.step()
-        loss_sum += float(loss) * len(index)
+        loss_sum += loss.item() * len(index)
         entropy_sum += float(entropy.detach().sum())
     return loss_sum / max(1, len(steps)), entropy_sum / max(1, len(steps))
 
@@ -598,6 +650,10 @@ def train(
     log: Callable[[str], None] = print,
 ) -> TrainResult:
     """Imitation of MLF-H, then REINFORCE until the validation reward converges."""
+    import torch
+
+    from controller.policy.mlfs.rl.network import FrozenPointer, PointerNet
+
     config = config or TrainConfig()
     sim = sim or SimConfig()
     torch.manual_seed(config.seed)
@@ -617,24 +673,38 @@ def train(
 
     net = PointerNet(config.hidden)
     demos = _Steps()
+    demo_returns: list[np.ndarray] = []
     cycles = agreed = 0
     for jobs_i in episodes[: config.imitation_episodes]:
         teacher = _Teacher()
         episode = _Episode(jobs_i, teacher, mlfs, MlfhPolicy())
-        Simulation(jobs_i, episode, shape, model, sim).run()
+        result = Simulation(jobs_i, episode, shape, model, sim).run()
         demos.extend(teacher.steps)
+        demo_returns.append(_standardised(_step_returns(result, episode, teacher.steps, config)))
         cycles += len(episode.cycles)
         agreed += episode.agreed
     agreement = agreed / max(1, cycles)
-    loss, accuracy = _imitate(net, demos, config, rng)
-    value = validate(net, held_out, shape, model, sim, config.betas)
+    loss, accuracy = _imitate(net, demos, np.concatenate(demo_returns), config, rng)
+    check = validate(net, held_out, shape, model, sim, config.betas)
+    value = check.reward
     history = [
-        EpochLog(0, "imitation", None, value, len(demos), loss, None, time.perf_counter() - started)
+        EpochLog(
+            0,
+            "imitation",
+            None,
+            value,
+            len(demos),
+            loss,
+            None,
+            time.perf_counter() - started,
+            check.holds / max(1, check.steps),
+            check.deviations / max(1, check.steps),
+        )
     ]
     log(
         f"epoch 0 imitation: {len(demos)} MLF-H steps ({agreement:.1%} of cycles replayed "
-        f"exactly), loss {loss:.4f}, top-choice accuracy {accuracy:.1%}, "
-        f"validation reward {value:.4f}"
+        f"exactly), cross-entropy {loss:.4f}, top-choice accuracy {accuracy:.1%}, "
+        f"validation reward {value:.4f}{_choices(check)}"
     )
     best = (value, 0, _copy(net))
     optimizer = torch.optim.Adam(net.parameters(), lr=config.lr)
@@ -653,12 +723,13 @@ def train(
             sampler = _Sampler(FrozenPointer(net), sampling)
             run = _run_episode(jobs_i, sampler, shape, model, sim, config)
             batch.extend(run.steps)
-            returns.append(run.returns)
+            returns.append(_standardised(run.returns))
             rewards.append(run.reward)
         loss, entropy = (0.0, 0.0)
         if len(batch):
             loss, entropy = _reinforce(net, optimizer, batch, np.concatenate(returns), config, rng)
-        value = validate(net, held_out, shape, model, sim, config.betas)
+        check = validate(net, held_out, shape, model, sim, config.betas)
+        value = check.reward
         history.append(
             EpochLog(
                 epoch,
@@ -669,6 +740,8 @@ def train(
                 loss,
                 entropy,
                 time.perf_counter() - tick,
+                check.holds / max(1, check.steps),
+                check.deviations / max(1, check.steps),
             )
         )
         previous = history[-2].validation_reward
@@ -676,12 +749,15 @@ def train(
         log(
             f"epoch {epoch} reinforce: train reward {np.mean(rewards):.4f} "
             f"({len(batch)} steps), loss {loss:.4f}, entropy {entropy:.3f}, "
-            f"validation reward {value:.4f} (change {change:.1%}), "
+            f"validation reward {value:.4f} (change {change:.1%}){_choices(check)}, "
             f"{time.perf_counter() - tick:.1f} s"
         )
         if value > best[0]:
             best = (value, epoch, _copy(net))
-        if converged([h.validation_reward for h in history[1:]], config.tolerance, config.patience):
+        rewards_so_far = [h.validation_reward for h in history]
+        if epoch >= config.min_epochs and converged(
+            rewards_so_far, config.tolerance, config.patience
+        ):
             done = True
             log(f"converged after epoch {epoch}")
             break
@@ -692,7 +768,14 @@ def train(
     return TrainResult(best[2], history, best[1], done, reference, agreement)
 
 
+def _choices(check: Validation) -> str:
+    steps = max(1, check.steps)
+    return f" [holds {check.holds / steps:.1%}, off MLF-H's choice {check.deviations / steps:.1%}]"
+
+
 def _copy(net: PointerNet) -> PointerNet:
+    from controller.policy.mlfs.rl.network import PointerNet
+
     twin = PointerNet(net.hidden)
     twin.load_state_dict(net.state_dict())
     twin.eval()
@@ -715,8 +798,9 @@ def add_train_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, required=True, help="model file to write")
     p.add_argument("--seed", type=int, default=0, help="training seed [%(default)s]")
     p.add_argument("--epochs", type=int, default=defaults.epochs, help="[%(default)s]")
+    p.add_argument("--min-epochs", type=int, default=defaults.min_epochs, help="[%(default)s]")
     p.add_argument(
-        "--cluster", default="20x4", help="NODESxGPUS or C120/C96 [%(default)s: MLFS §4.1]"
+        "--cluster", default="10x8", help="NODESxGPUS or C120/C96 [%(default)s: 80 GPUs]"
     )
     p.add_argument("--model-info", type=Path, help="per-model speeds (default: beside trace)")
     p.add_argument("--workload-seed", type=int, default=0, help="MLFS feature draws [%(default)s]")
@@ -731,6 +815,7 @@ def add_train_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--imitation-episodes", type=int, default=defaults.imitation_episodes)
     p.add_argument("--imitation-epochs", type=int, default=defaults.imitation_epochs)
     p.add_argument("--lr", type=float, default=defaults.lr)
+    p.add_argument("--entropy", type=float, default=defaults.entropy, help="entropy bonus weight")
     p.add_argument("--window", type=int, default=defaults.window, help="return window (cycles)")
     p.add_argument("--tolerance", type=float, default=defaults.tolerance)
     p.add_argument("--patience", type=int, default=defaults.patience)
@@ -740,6 +825,9 @@ def add_train_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from controller.policy.mlfs.rl.network import save_model
     from simulator.cli import job_model, load_workload, parse_cluster
     from simulator.jobmodel import UnknownModel
     from simulator.trace import TraceError
@@ -753,12 +841,14 @@ def run_train(args: argparse.Namespace) -> int:
         config = TrainConfig(
             seed=args.seed,
             epochs=args.epochs,
+            min_epochs=args.min_epochs,
             imitation_episodes=args.imitation_episodes,
             imitation_epochs=args.imitation_epochs,
             episode_jobs=args.episode_jobs,
             episodes_per_epoch=args.episodes_per_epoch,
             validation_jobs=args.validation_jobs,
             lr=args.lr,
+            entropy=args.entropy,
             window=args.window,
             tolerance=args.tolerance,
             patience=args.patience,

@@ -24,7 +24,9 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "themis": ThemisPolicy,
     "unisched": UniSchedPolicy,
     "mlf-h": MlfhPolicy,  # MLFS §3.3, without MLF-C
-    "mlfs": lambda: MlfhPolicy(load_control=True, name="mlfs"),  # MLF-H with MLF-C (§3.5)
+    # MLF-RL (MLFS §3.4) with the shipped model; MLFS = MLF-RL with MLF-C (§3.5)
+    "mlf-rl": lambda: _mlf_rl(load_control=False, name="mlf-rl"),
+    "mlfs": lambda: _mlf_rl(load_control=True, name="mlfs"),
     # UniSched with the HiGHS backend, and its ablations (UniSched §VI-C): no SR-aware
     # estimator, no training-iteration estimator (maximum iterations), Chronus' round-up.
     "unisched-highs": lambda: UniSchedPolicy(UniSchedConfig(solver="highs"), "unisched-highs"),
@@ -36,6 +38,12 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
         UniSchedConfig(placement="roundup"), "unisched-roundup"
     ),
 }
+
+
+def _mlf_rl(load_control: bool, name: str) -> Policy:
+    from controller.policy.mlfs.rl.policy import MlfRlPolicy  # imports torch: on first use
+
+    return MlfRlPolicy(load_control=load_control, name=name)
 
 
 def available_policies() -> list[str]:

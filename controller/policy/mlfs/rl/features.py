@@ -20,8 +20,9 @@ Per job, computed once per cycle (:func:`job_rows`; ``JOB_FEATURES``):
   whether it is a mover, and its measured per-task demand per resource type.
 
 Per decision step (:func:`step_rows`; ``STEP_FEATURES``), because placements change the
-cluster: the job's rank by ``P`` among the remaining candidates, whether its tasks fit by GPU
-count on the underloaded servers, and whether they fit on one server. The context
+cluster: the job's rank by ``P`` among the candidates offered, the share of the free task
+slots (free GPUs in whole ``gpus_per_process`` chunks) on the underloaded servers its tasks
+would take, and whether one server holds them all. The context
 (``CONTEXT_FEATURES``): free-GPU share, mean utilisation per resource type, the largest
 server utilisation, the share of overloaded servers and the number of candidates left.
 
@@ -75,7 +76,7 @@ JOB_FEATURES = (
     "demand_memory",
     "demand_bandwidth",
 )
-STEP_FEATURES = ("priority_rank", "room_ratio", "fits_one_server")
+STEP_FEATURES = ("priority_rank", "room_share", "fits_one_server")
 CONTEXT_FEATURES = (
     "free_gpus",
     "util_gpu",
@@ -95,14 +96,12 @@ _MAX_URGENCY = 10.0  # L^J is clipped here (MLFS §3.3.1: L^J in [0, m])
 
 @dataclass(frozen=True)
 class Candidate:
-    """A job the step may pick: queued, or a mover with ``ranks`` leaving ``sources``; or,
-    ``running``, an active job being ranked for preemption (never picked)."""
+    """A job the step may pick: queued, or a mover with ``ranks`` leaving ``sources``."""
 
     view: JobView
     moving: bool = False
     sources: frozenset[str] = frozenset()
     ranks: tuple[int, ...] = ()
-    running: bool = False
 
     @property
     def tasks(self) -> int:
@@ -138,8 +137,7 @@ def job_row(
     spec = view.spec
     unit, floor = config.time_unit_s, config.min_horizon_s
     if first is None:
-        queued = not (candidate.moving or candidate.running)
-        first = job_features(view, now, queued=queued)[0]
+        first = job_features(view, now, queued=not candidate.moving)[0]
     tasks = max(1, spec.num_tasks)
     shares, children = task_graph(tasks, spec.mlfs)
     if first.deadline is not None:
@@ -247,7 +245,7 @@ def step_rows(
             room[key] = (sum(chunks), max(chunks, default=0))
         total, best = room[key]
         tasks = max(1, c.tasks)
-        out[i, 1] = min(1.0, total / tasks)
+        out[i, 1] = min(1.0, tasks / total) if total else 1.0
         out[i, 2] = float(best >= tasks)
     return out
 

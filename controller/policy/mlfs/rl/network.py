@@ -5,7 +5,7 @@ the *hold* score (leave the remaining jobs in the queue, send the remaining move
 comes from a second MLP over the context and the mean and max of the candidates' hidden
 vectors. A softmax over ``[scores..., hold]`` is the policy ``π(s, a)`` (MLFS §3.4). A third
 head on the same pooled vector estimates the state value; only training uses it (the
-REINFORCE baseline). The network is small (about 12k parameters) and runs on the CPU.
+REINFORCE baseline). The network is small (about 15,500 parameters) and runs on the CPU.
 
 A model file is a ``torch.save`` of a plain dict (``FORMAT``, ``VERSION``, the feature names
 it was trained on, the hidden size, the weights and free-form ``meta``: how it was trained),

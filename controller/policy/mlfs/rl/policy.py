@@ -2,12 +2,12 @@
 
 The cycle is :func:`.cycle.plan`; the choices are the network's, deterministically: at each
 step the candidate (or hold) with the largest logit, ties to the first (MLF-H's order, hold
-last); at lease boundaries a waiting job may displace an expired one that the network scores
-strictly lower. The network is loaded once, from ``model_path`` (default: the shipped
+last). The network is loaded once, from ``model_path`` (default: the shipped
 ``default_model.pt``); a missing or damaged file raises :class:`.network.ModelError` when the
 policy is made. ``load_control=True`` adds MLF-C's stops (§3.5), which makes it MLFS.
 
-State: the network's weights, fixed after loading; ``decide`` is a function of the snapshot.
+State: the network's weights, copied for NumPy inference (:class:`.network.FrozenPointer`)
+when the policy is made and fixed from then on; ``decide`` is a function of the snapshot.
 """
 
 from __future__ import annotations
@@ -56,10 +56,6 @@ class MlfRlPolicy:
     def choose(self, step: Step) -> int:
         """The step's answer: argmax of the network's logits (hold is the last)."""
         return int(np.argmax(self._logits(step)))
-
-    def rank(self, step: Step) -> np.ndarray:
-        """The network's score of each job (its logit before the softmax)."""
-        return self._logits(step)[:-1]
 
     def _logits(self, step: Step) -> np.ndarray:
         return self._frozen.logits(step.features, step.context)
