@@ -5,6 +5,15 @@ from __future__ import annotations
 from math import comb
 
 
+def _no_terms(n: int, m: int) -> bool:
+    """Validate lease counts; True when the job runs no term (no suspension possible)."""
+    if n < 0 or m < 0:
+        raise ValueError(f"lease counts must be non-negative, got n={n}, m={m}")
+    if n > m:
+        raise ValueError(f"a job cannot run {n} lease terms within {m}")
+    return n == 0
+
+
 def expected_suspensions_slo(n: int, m: int) -> float:
     """Expected suspend/resume count of an SLO job running ``n`` of ``m`` lease terms.
 
@@ -12,12 +21,8 @@ def expected_suspensions_slo(n: int, m: int) -> float:
     runs of consecutive terms there are k suspensions, and C(n-1, k) C(m-n+1, k+1) of the
     C(m, n) subsets have k + 1 runs.
     """
-    if n < 0 or m < 0:
-        raise ValueError(f"lease counts must be non-negative, got n={n}, m={m}")
-    if n == 0:
+    if _no_terms(n, m):
         return 0.0
-    if n > m:
-        raise ValueError(f"a job cannot run {n} lease terms within {m}")
     total = comb(m, n)
     # UniSched Eq. 3: sum_k k * C(n-1, k) * C(m-n+1, k+1) / C(m, n)
     return (
@@ -30,12 +35,8 @@ def expected_suspensions_closed_form(n: int, m: int) -> float:
     """Eq. 3's sum in closed form: by linearity of expectation a random n-of-m subset has
     ``n (m - n + 1) / m`` runs (term 1 chosen, or term i chosen and i - 1 not), so
     ``n (m - n + 1) / m - 1`` suspensions. O(1) instead of O(min(n, m - n)) big binomials."""
-    if n < 0 or m < 0:
-        raise ValueError(f"lease counts must be non-negative, got n={n}, m={m}")
-    if n == 0:
+    if _no_terms(n, m):
         return 0.0
-    if n > m:
-        raise ValueError(f"a job cannot run {n} lease terms within {m}")
     return n * (m - n + 1) / m - 1
 
 
