@@ -102,7 +102,17 @@ def test_target_metric_stops_the_job_early(make_cluster, example_spec, wait_job,
 def test_controller_killed_mid_run_loses_and_duplicates_nothing(
     make_cluster, example_spec, wait_job, ended
 ):
-    cluster = make_cluster()
+    # A generous heartbeat timeout: this test is about reconciling running tasks after a
+    # restart, not about liveness (a loaded machine may take seconds to reconnect the agents).
+    cluster = make_cluster(
+        ClusterTiming(
+            lease_s=600.0,
+            cycle_s=0.3,
+            heartbeat_interval_s=0.5,
+            heartbeat_timeout_s=30.0,
+            suspend_grace_s=15.0,
+        )
+    )
     with cluster.client("alice") as client:
         jobs = [
             client.submit(example_spec(f"long-{i}", stopping=IterationStop(1500))) for i in range(2)
