@@ -141,7 +141,8 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
     # node-a's agent asked for the Euclidean choice, and only for it
     assert (requested.job_id, requested.node_id) == (mover.id, "node-a")
     assert "memory" in requested.message and "node-a overloaded" in requested.message
-    assert [e.job_id for e in events if e.kind == "migration_requested"] == [mover.id]
+    # (the agent may repeat its request while the task checkpoints; it never names another)
+    assert {e.job_id for e in events if e.kind == "migration_requested"} == {mover.id}
     ordered = [e for e in events if e.kind == "migration_ordered" and e.job_id == mover.id]
     assert len(ordered) == 1 and "overloaded node-a" in ordered[0].message
     # it checkpointed, resumed on node-b from that checkpoint and completed there
