@@ -203,7 +203,6 @@ class UniSchedPolicy:
         pool = CellPool.of(free, levels)
         ordered = sorted(snapshot.queued, key=lambda v: self._fill_order(v, snapshot.now))
         launch: list[Launch] = []
-        estimates: dict[str, JobEstimate] = {}
         for view in ordered:
             if left <= 0:
                 break
@@ -226,7 +225,7 @@ class UniSchedPolicy:
                     left -= choice.gpus
                     self._waiting.pop(view.id, None)
                     break
-        return Decision(launch=tuple(launch), estimates=estimates)
+        return Decision(launch=tuple(launch))
 
     # --- candidates -------------------------------------------------------------------------
     def _phase(self, view: JobView) -> str:
@@ -442,7 +441,7 @@ def _request(view: JobView, choice: _Choice) -> CellRequest:
 
 def _launch_order(cand: _Candidate) -> tuple[int, float]:
     rank = {"slo": 0, "profiling": 1, "best-effort": 2}[cand.phase]
-    return (rank, -cand.milp.now_reward)
+    return (rank, -cand.estimate.reward)  # best-effort: shortest remaining time first
 
 
 def _describe(choice: _Choice) -> str:
