@@ -4,7 +4,10 @@ checkpoint and completes.
 
 Memory is the overloaded resource: unlike CPU time on this shared two-core machine, resident
 memory does not depend on what else runs. node-a counts 2.6 GB as its whole memory
-(``--memory-capacity``), node-b the machine's. Two training jobs run on node-a:
+(``--memory-capacity``) and 64 cores as its CPU (``--cpu-capacity``), node-b the machine's.
+Without the large CPU capacity, ``grower`` burning a core while it fills its ballast could take
+node-a's CPU over h_r before its memory, and on a CPU overload the Euclidean rule rightly names
+the CPU-heaviest task, ``grower``. Two training jobs run on node-a:
 
 - ``mover`` holds a 1.3 GB ballast from its start and trains slowly (CPU nearly idle), at full
   speed once resumed;
@@ -34,6 +37,7 @@ from mlsched.model import IterationStop, JobSpec, JobState
 pytestmark = pytest.mark.integration
 
 MEMORY_CAPACITY = 2_600_000_000
+CPU_CAPACITY = 64  # cores: CPU (and the virtual slots' load, taken from it) never overloads
 MOVER_STEPS = 300
 
 TRAINER = r'''
@@ -102,7 +106,15 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
     cluster = make_cluster(nodes={}, policy="mlf-h")
     overload_flags = ["--overload-samples", "1", "--migration-cooldown", "600"]
     cluster.start_agent(
-        "node-a", gpus=2, extra=["--memory-capacity", str(MEMORY_CAPACITY), *overload_flags]
+        "node-a",
+        gpus=2,
+        extra=[
+            "--memory-capacity",
+            str(MEMORY_CAPACITY),
+            "--cpu-capacity",
+            str(CPU_CAPACITY),
+            *overload_flags,
+        ],
     )
     cluster.wait_for_nodes({"node-a"})
     with cluster.client("alice") as client:
@@ -139,7 +151,9 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
         client.cancel(grower.id)
 
     # node-a's agent asked for the Euclidean choice, and only for it
-    assert (requested.job_id, requested.node_id) == (mover.id, "node-a")
+    assert (requested.job_id, requested.node_id) == (mover.id, "node-a"), (
+        f"mover {mover.id}, grower {grower.id}: {requested.message}"
+    )
     assert "memory" in requested.message and "node-a overloaded" in requested.message
     # (the agent may repeat its request while the task checkpoints; it never names another)
     assert {e.job_id for e in events if e.kind == "migration_requested"} == {mover.id}
