@@ -62,25 +62,19 @@ from controller.policy.base import (
 )
 from controller.policy.common import GpuMap
 from controller.policy.mlfs.config import MlfsConfig
-from controller.policy.mlfs.euclid import (
-    DEFAULT_RESOURCES,
-    Server,
-    TaskLoad,
-    choose_migrations,
-    is_overloaded,
-)
+from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
 from controller.policy.mlfs.hosts import HostPool
-from controller.policy.mlfs.jobs import job_features, peer_traffic, task_demand
+from controller.policy.mlfs.jobs import job_features
+from controller.policy.mlfs.moves import (
+    find_movers,
+    hot_servers,
+    place_mover,
+    place_queued,
+    queued_demand,
+    unload_busy,
+    unload_movers,
+)
 from controller.policy.mlfs.priority import TaskKey, task_priorities
-
-
-@dataclass
-class _Mover:
-    """A job leaving overloaded servers: where from, which ranks."""
-
-    view: JobView
-    sources: set[str]
-    ranks: set[int]
 
 
 @dataclass
@@ -110,11 +104,8 @@ class MlfhPolicy:
         stopped = {s.job_id for s in stops}
         active = [v for v in snapshot.active if v.id not in stopped]
         pool = HostPool(snapshot.nodes, self.resources, self.config)
-        for view in snapshot.busy:  # leaving (suspending, migrating): their load goes with them
-            for p in view.placement:
-                if p.node_id in pool.servers:
-                    pool.unload(p.node_id, task_demand(view, self.resources))
-        hot = self._hot(pool, active)
+        unload_busy(pool, snapshot.busy, self.resources)
+        hot = hot_servers(pool, active, self.config.h_r)
         now = snapshot.now
         # only the active jobs that may move or yield need a priority (Eqs. 3, 5 stay in a job)
         involved = [
@@ -126,11 +117,8 @@ class MlfhPolicy:
         ]
         tasks = self._priorities(snapshot.queued, involved, now)
         job_priority = _job_priorities(tasks)
-        movers = self._movers(hot, active, pool, tasks)
-        for mover in movers.values():  # virtually queued: their load leaves the server now
-            for p in mover.view.placement:
-                if p.rank in mover.ranks:
-                    pool.unload(p.node_id, task_demand(mover.view, self.resources))
+        movers = find_movers(hot, active, pool, tasks, self.config, self.resources)
+        unload_movers(pool, movers.values(), self.resources)
 
         launches: list[Launch] = []
         migrations: list[Migrate] = []
@@ -142,14 +130,18 @@ class MlfhPolicy:
         for view, moving in items:
             if moving:
                 mover = movers[view.id]
-                placement = self._move(view, mover, pool, tasks) if room else None
+                placement = place_mover(mover, pool, tasks, self.resources) if room else None
                 if placement is None:
                     suspends.append(Suspend(view.id, "overloaded server; no host to move to"))
                 else:
                     reason = f"moved off overloaded {', '.join(sorted(mover.sources))}"
                     migrations.append(Migrate(view.id, placement, lease, reason))
             else:
-                placement = self._launch(view, pool, tasks) if room else None
+                placement = (
+                    place_queued(view, queued_demand(view, pool, self.resources), pool, tasks)
+                    if room
+                    else None
+                )
                 if placement is None:
                     waiting.append(view)
                 else:
@@ -194,147 +186,6 @@ class MlfhPolicy:
         features += [f for v in active for f in job_features(v, now, queued=False)]
         priorities = task_priorities(features, now, self.config)
         return {k: p.total for k, p in priorities.items()}
-
-    # --- overload ---------------------------------------------------------------------------
-
-    def _hot(self, pool: HostPool, active: Iterable[JobView]) -> set[str]:
-        """The overloaded servers (measured utilisation above ``h_r``) running active jobs."""
-        h_r = self.config.h_r
-        hot = {sid for sid in pool.measured if is_overloaded(pool.servers[sid], h_r)}
-        return {p.node_id for v in active for p in v.placement if p.node_id in hot}
-
-    def _movers(
-        self,
-        hot: set[str],
-        active: Sequence[JobView],
-        pool: HostPool,
-        tasks: Mapping[TaskKey, float],
-    ) -> dict[str, _Mover]:
-        """Jobs with tasks to move off overloaded servers (§3.3.3), by job id."""
-        on_node: dict[str, list[tuple[JobView, TaskPlacement]]] = {}
-        for view in active:
-            for p in view.placement:
-                if p.node_id in hot:
-                    on_node.setdefault(p.node_id, []).append((view, p))
-        stuck = {
-            v.id
-            for pairs in on_node.values()
-            for v, _ in pairs
-            if self._oversized(v, task_demand(v, self.resources), pool)
-        }
-        movers: dict[str, _Mover] = {}
-        for sid in sorted(hot):
-            here = [(v, p) for v, p in on_node[sid] if v.id not in stuck]
-            asked = [(v, p) for v, p in here if v.migration_requested]
-            if asked:  # a node agent chose them
-                chosen = [(v.id, p.rank) for v, p in asked]
-            else:
-                traffic = {v.id: peer_traffic(v) for v, _ in here if len(v.placement) > 1}
-                loads = [self._task_load(v, p, tasks, traffic) for v, p in here]
-                server = Server(sid, pool.servers[sid].utilisation, {})
-                picked = choose_migrations(server, loads, self.config, self.resources)
-                chosen = [t.key for t in picked]
-            views = {v.id: v for v, _ in here}
-            for job_id, rank in chosen:
-                mover = movers.setdefault(job_id, _Mover(views[job_id], set(), set()))
-                mover.sources.add(sid)
-                mover.ranks.add(rank)
-        for view in active:  # asked to move, but its servers look fine from here: all of it
-            if (
-                view.migration_requested
-                and view.id not in movers
-                and view.placement
-                and not self._oversized(view, task_demand(view, self.resources), pool)
-            ):
-                nodes = {p.node_id for p in view.placement}
-                ranks = {p.rank for p in view.placement}
-                movers[view.id] = _Mover(view, nodes, ranks)
-        return movers
-
-    def _task_load(
-        self,
-        view: JobView,
-        p: TaskPlacement,
-        tasks: Mapping[TaskKey, float],
-        traffic: Mapping[str, Mapping[int, Mapping[TaskKey, float]]],
-    ) -> TaskLoad:
-        return TaskLoad(
-            job_id=view.id,
-            task=p.rank,
-            demand=task_demand(view, self.resources),
-            gpu=0.0,
-            priority=_task_priority(tasks, view.id, p.rank),
-            traffic=traffic.get(view.id, {}).get(p.rank, {}),
-        )
-
-    # --- placement --------------------------------------------------------------------------
-
-    def _launch(
-        self, view: JobView, pool: HostPool, tasks: Mapping[TaskKey, float]
-    ) -> tuple[TaskPlacement, ...] | None:
-        """All of a queued job's tasks on hosts (§3.3.2), or None."""
-        per_task = view.spec.gpus_per_process
-        count = view.spec.num_tasks
-        demand = self._demand(view, pool)
-        if count < 1 or pool.capacity(demand, per_task) < count:
-            return None
-        loads = self._loads(view, range(count), tasks, demand)
-        placed = pool.place(loads, per_task, {})
-        if placed is None:
-            return None
-        return tuple(TaskPlacement(k[1], node, gpus) for k, node, gpus in placed)
-
-    def _move(
-        self, view: JobView, mover: _Mover, pool: HostPool, tasks: Mapping[TaskKey, float]
-    ) -> tuple[TaskPlacement, ...] | None:
-        """A migrating job's placement: its leaving tasks on new hosts off their sources, the
-        others where they are; None when a leaving task finds no host."""
-        per_task = view.spec.gpus_per_process
-        ranks = sorted(mover.ranks)
-        demand = task_demand(view, self.resources)
-        if pool.capacity(demand, per_task, mover.sources) < len(ranks):
-            return None
-        staying = {(view.id, p.rank): p.node_id for p in view.placement if p.rank not in ranks}
-        loads = self._loads(view, ranks, tasks, demand)
-        placed = pool.place(loads, per_task, staying, mover.sources)
-        if placed is None:
-            return None
-        new = {k[1]: TaskPlacement(k[1], node, gpus) for k, node, gpus in placed}
-        return tuple(new.get(p.rank, p) for p in sorted(view.placement, key=lambda p: p.rank))
-
-    def _demand(self, view: JobView, pool: HostPool) -> tuple[float, ...]:
-        """A task's load for the fit test: its own, or none for a job too big for the cluster
-        under ``h_r`` (:meth:`_oversized`)."""
-        demand = task_demand(view, self.resources)
-        if self._oversized(view, demand, pool):
-            return (0.0,) * len(demand)
-        return demand
-
-    def _oversized(self, view: JobView, demand: Sequence[float], pool: HostPool) -> bool:
-        """Whether the job's tasks could not all run within ``h_r`` even on the idle cluster:
-        it would never start, so it is placed by free GPUs alone and never asked to move."""
-        per_task = view.spec.gpus_per_process
-        return any(demand) and pool.idle_capacity(demand, per_task) < view.spec.num_tasks
-
-    def _loads(
-        self,
-        view: JobView,
-        ranks: Iterable[int],
-        tasks: Mapping[TaskKey, float],
-        demand: tuple[float, ...],
-    ) -> list[TaskLoad]:
-        traffic = peer_traffic(view) if view.spec.num_tasks > 1 else {}
-        return [
-            TaskLoad(
-                job_id=view.id,
-                task=k,
-                demand=demand,
-                gpu=0.0,
-                priority=_task_priority(tasks, view.id, k),
-                traffic=traffic.get(k, {}),
-            )
-            for k in ranks
-        ]
 
     # --- lease boundaries -------------------------------------------------------------------
 
@@ -396,11 +247,6 @@ def _job_priorities(tasks: Mapping[TaskKey, float]) -> dict[str, float]:
         if job_id not in best or p > best[job_id]:
             best[job_id] = p
     return best
-
-
-def _task_priority(tasks: Mapping[TaskKey, float], job_id: str, rank: int) -> float:
-    p = tasks.get((job_id, rank))
-    return tasks.get((job_id, 0), 0.0) if p is None else p
 
 
 def _victims_to_fit(
