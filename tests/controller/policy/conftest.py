@@ -5,12 +5,17 @@ only free GPUs and never share one, every expired lease is answered (renewed xor
 exactly once, a suspended job is outranked by some queued job, and ``decide`` is deterministic.
 Test modules ask for the ``check_policy_properties`` fixture and call it once per seed with
 their policy's ``decide`` and an ``outranks`` predicate; only that predicate is policy-specific.
+
+The hand-built scenarios share their factories through fixtures too (test modules cannot import
+each other): ``on``/``tp`` for placements, ``waiting``/``running`` for queued and active jobs,
+``snapshot`` for a cluster (2 nodes x 2 GPUs unless told, lease ``LEASE``) and ``launched`` for
+the ids a decision launches, in order.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import pytest
@@ -31,18 +36,10 @@ def random_spec(rng: random.Random, gpus: int, per_process: int) -> JobSpec:
     first = rng.uniform(100, 3000)
     deadlines = {
         JobClass.BEST_EFFORT: (),
-        JobClass.STRICT_SLO: (Deadline(first, 1.0),),
-        JobClass.SOFT_SLO: (Deadline(first, 1.0), Deadline(first * 2, 0.5)),
+        JobClass.STRICT_SLO: (first,),
+        JobClass.SOFT_SLO: (first, first * 2),
     }[job_class]
-    return JobSpec(
-        "job",
-        ("python", "t.py"),
-        gpus,
-        IterationStop(10),
-        job_class=job_class,
-        deadlines=deadlines,
-        gpus_per_process=per_process,
-    )
+    return make_spec(gpus, per_process, job_class, deadlines)
 
 
 def random_snapshot(rng: random.Random) -> ClusterSnapshot:
@@ -96,18 +93,7 @@ def random_snapshot(rng: random.Random) -> ClusterSnapshot:
             )
         )
     rng.shuffle(queued)
-    return _snapshot(now, active, queued, busy, sizes)
-
-
-def _snapshot(
-    now: float,
-    active: list[JobView],
-    queued: list[JobView],
-    busy: list[JobView],
-    nodes: dict[str, int],
-) -> ClusterSnapshot:
-    """``nodes``: GPUs per node; free = not held by active/busy."""
-    return ClusterSnapshot.of(now, nodes, active, queued, busy, default_lease_s=LEASE)
+    return make_snapshot(now, active, queued, busy, sizes)
 
 
 def check_invariants(snap: ClusterSnapshot, decision: Decision) -> None:
@@ -147,3 +133,164 @@ def check_policy_properties_on_seed(seed: int, decide: Decide, outranks: Outrank
 def check_policy_properties() -> Callable[[int, Decide, Outranks], None]:
     """``check(seed, decide, outranks)``: the randomized property check for one seed."""
     return check_policy_properties_on_seed
+
+
+# --- factories for hand-built snapshots ------------------------------------------------------
+
+
+def make_spec(
+    gpus: int,
+    gpus_per_process: int = 1,
+    job_class: JobClass = JobClass.BEST_EFFORT,
+    deadlines: tuple[float, ...] = (),
+) -> JobSpec:
+    """``deadlines``: seconds after submission, with rewards 1, 1/2, 1/3, ..."""
+    return JobSpec(
+        "job",
+        ("python", "t.py"),
+        gpus,
+        IterationStop(10),
+        job_class=job_class,
+        deadlines=tuple(Deadline(a, 1.0 / (i + 1)) for i, a in enumerate(deadlines)),
+        gpus_per_process=gpus_per_process,
+    )
+
+
+def make_task(rank: int, node: str, *gpus: int) -> TaskPlacement:
+    """Task ``rank`` on ``gpus`` of ``node``."""
+    return TaskPlacement(rank, node, tuple(gpus))
+
+
+def make_placement(node: str, *gpus: int) -> tuple[TaskPlacement, ...]:
+    """One task per GPU, all on ``node``."""
+    return tuple(make_task(rank, node, g) for rank, g in enumerate(gpus))
+
+
+def _times(submit_time: float | None, queued_since: float | None) -> tuple[float, float]:
+    """(submit_time, queued_since): each defaults to the other, both to 0."""
+    if submit_time is None:
+        submit_time = 0.0 if queued_since is None else queued_since
+    return submit_time, submit_time if queued_since is None else queued_since
+
+
+def make_waiting(
+    job_id: str,
+    gpus: int,
+    *,
+    queued_since: float | None = None,
+    submit_time: float | None = None,
+    state: JobState = JobState.PENDING,
+    attained: float = 0.0,
+    remaining: float | None = None,
+    gpus_per_process: int = 1,
+    job_class: JobClass = JobClass.BEST_EFFORT,
+    deadlines: tuple[float, ...] = (),
+) -> JobView:
+    """A queued job of user alice; a SUSPENDED one has had one attempt and one suspension."""
+    submit, queued = _times(submit_time, queued_since)
+    again = 0 if state is JobState.PENDING else 1
+    return JobView(
+        id=job_id,
+        user="alice",
+        spec=make_spec(gpus, gpus_per_process, job_class, deadlines),
+        state=state,
+        submit_time=submit,
+        queued_since=queued,
+        attempt=again,
+        suspensions=again,
+        attained_gpu_s=attained,
+        estimated_remaining_s=remaining,
+    )
+
+
+def make_running(
+    job_id: str,
+    placement: tuple[TaskPlacement, ...],
+    *,
+    expires: float,
+    since: float | None = None,
+    submit_time: float | None = None,
+    queued_since: float | None = None,
+    state: JobState = JobState.RUNNING,
+    attained: float = 0.0,
+    remaining: float | None = None,
+    job_class: JobClass = JobClass.BEST_EFFORT,
+    deadlines: tuple[float, ...] = (),
+) -> JobView:
+    """An active job (attempt 1) on ``placement``, its lease ending at ``expires``; it runs
+    ``since`` its submission unless told. ``attained``: GPU-seconds so far, including the
+    current attempt."""
+    submit, queued = _times(submit_time, queued_since)
+    return JobView(
+        id=job_id,
+        user="alice",
+        spec=make_spec(
+            sum(len(p.gpu_indices) for p in placement),
+            len(placement[0].gpu_indices),
+            job_class,
+            deadlines,
+        ),
+        state=state,
+        submit_time=submit,
+        queued_since=queued,
+        attempt=1,
+        suspensions=0,
+        lease_expires_at=expires,
+        placement=placement,
+        running_since=submit if since is None else since,
+        attained_gpu_s=attained,
+        estimated_remaining_s=remaining,
+    )
+
+
+def make_snapshot(
+    now: float,
+    active: Iterable[JobView] = (),
+    queued: Iterable[JobView] = (),
+    busy: Iterable[JobView] = (),
+    nodes: dict[str, int] | None = None,
+) -> ClusterSnapshot:
+    """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
+    nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
+    return ClusterSnapshot.of(now, nodes, active, queued, busy, default_lease_s=LEASE)
+
+
+def launched_ids(decision: Decision) -> list[str]:
+    """The ids of the jobs ``decision`` launches, in launch order."""
+    return [item.job_id for item in decision.launch]
+
+
+@pytest.fixture
+def tp() -> Callable[..., TaskPlacement]:
+    """``tp(rank, node, *gpus)``: one task's placement."""
+    return make_task
+
+
+@pytest.fixture
+def on() -> Callable[..., tuple[TaskPlacement, ...]]:
+    """``on(node, *gpus)``: one task per GPU, all on ``node``."""
+    return make_placement
+
+
+@pytest.fixture
+def waiting() -> Callable[..., JobView]:
+    """``waiting(job_id, gpus, **details)``: a queued job (see ``make_waiting``)."""
+    return make_waiting
+
+
+@pytest.fixture
+def running() -> Callable[..., JobView]:
+    """``running(job_id, placement, expires=..., **details)``: an active job."""
+    return make_running
+
+
+@pytest.fixture
+def snapshot() -> Callable[..., ClusterSnapshot]:
+    """``snapshot(now, active, queued, busy, nodes)``: a cluster state for ``decide``."""
+    return make_snapshot
+
+
+@pytest.fixture
+def launched() -> Callable[[Decision], list[str]]:
+    """``launched(decision)``: the launched job ids in order."""
+    return launched_ids

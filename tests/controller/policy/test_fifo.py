@@ -1,101 +1,24 @@
-"""FifoPolicy on hand-built snapshots: strict FIFO, time slicing at lease expiry."""
+"""FifoPolicy on hand-built snapshots: strict FIFO, time slicing at lease expiry; the registry."""
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 import pytest
 
 from controller.placement import TaskPlacement
 from controller.policy import available_policies, make_policy
-from controller.policy.base import (
-    ClusterSnapshot,
-    Decision,
-    JobView,
-    Launch,
-    Renew,
-    Suspend,
-)
+from controller.policy.base import Decision, Launch, Renew, Suspend
+from controller.policy.edf import EdfPolicy
 from controller.policy.fifo import FifoPolicy
-from mlsched.model import IterationStop, JobSpec, JobState
+from controller.policy.srtf import SrtfPolicy
+from controller.policy.themis import ThemisPolicy
+from controller.policy.tiresias import TiresiasPolicy
+from mlsched.model import JobState
 
 LEASE = 100.0
 
 
-def spec(gpus: int, gpus_per_process: int = 1) -> JobSpec:
-    return JobSpec(
-        "job", ("python", "t.py"), gpus, IterationStop(10), gpus_per_process=gpus_per_process
-    )
-
-
-def tp(rank: int, node: str, *gpus: int) -> TaskPlacement:
-    return TaskPlacement(rank, node, tuple(gpus))
-
-
-def on(node: str, *gpus: int) -> tuple[TaskPlacement, ...]:
-    """One task per GPU, all on ``node``."""
-    return tuple(tp(rank, node, g) for rank, g in enumerate(gpus))
-
-
-def waiting(
-    job_id: str,
-    gpus: int,
-    queued_since: float,
-    *,
-    submit_time: float | None = None,
-    gpus_per_process: int = 1,
-    state: JobState = JobState.PENDING,
-) -> JobView:
-    return JobView(
-        id=job_id,
-        user="alice",
-        spec=spec(gpus, gpus_per_process),
-        state=state,
-        submit_time=queued_since if submit_time is None else submit_time,
-        queued_since=queued_since,
-        attempt=0 if state is JobState.PENDING else 1,
-        suspensions=0 if state is JobState.PENDING else 1,
-    )
-
-
-def running(
-    job_id: str,
-    placement: tuple[TaskPlacement, ...],
-    *,
-    since: float,
-    expires: float,
-    state: JobState = JobState.RUNNING,
-) -> JobView:
-    gpus = sum(len(p.gpu_indices) for p in placement)
-    per_process = len(placement[0].gpu_indices)
-    return JobView(
-        id=job_id,
-        user="alice",
-        spec=spec(gpus, per_process),
-        state=state,
-        submit_time=0.0,
-        queued_since=0.0,
-        attempt=1,
-        suspensions=0,
-        lease_expires_at=expires,
-        placement=placement,
-        running_since=since,
-    )
-
-
-def snapshot(
-    now: float,
-    active: Iterable[JobView] = (),
-    queued: Iterable[JobView] = (),
-    busy: Iterable[JobView] = (),
-    nodes: dict[str, int] | None = None,
-) -> ClusterSnapshot:
-    """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
-    nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
-    return ClusterSnapshot.of(now, nodes, active, queued, busy, default_lease_s=LEASE)
-
-
-def launched(decision: Decision) -> dict[str, tuple[TaskPlacement, ...]]:
+def placements(decision: Decision) -> dict[str, tuple[TaskPlacement, ...]]:
+    """Where each launched job goes."""
     return {item.job_id: item.placement for item in decision.launch}
 
 
@@ -110,23 +33,23 @@ def renewed(decision: Decision) -> list[str]:
 # --- queue order -----------------------------------------------------------------------------
 
 
-def test_empty_cluster_decides_nothing():
+def test_empty_cluster_decides_nothing(snapshot):
     assert FifoPolicy().decide(snapshot(0.0)) == Decision()
 
 
-def test_jobs_launch_in_queue_order_with_tie_breaks():
+def test_jobs_launch_in_queue_order_with_tie_breaks(on, waiting, snapshot):
     # One node with 4 GPUs: the order of launch shows in which GPU each 1-GPU job gets.
     queue = [
-        waiting("e", 1, 7.0),
-        waiting("d", 1, 3.0, submit_time=3.0),
-        waiting("c", 1, 3.0, submit_time=1.0),
-        waiting("b", 1, 3.0, submit_time=1.0),
-        waiting("a", 1, 9.0),
+        waiting("e", 1, queued_since=7.0),
+        waiting("d", 1, queued_since=3.0, submit_time=3.0),
+        waiting("c", 1, queued_since=3.0, submit_time=1.0),
+        waiting("b", 1, queued_since=3.0, submit_time=1.0),
+        waiting("a", 1, queued_since=9.0),
     ]
     decision = FifoPolicy().decide(snapshot(10.0, queued=queue, nodes={"n1": 4}))
     # (3, 1, b), (3, 1, c), (3, 3, d), (7, ...) e; a waits for a GPU
     assert [item.job_id for item in decision.launch] == ["b", "c", "d", "e"]
-    assert launched(decision) == {
+    assert placements(decision) == {
         "b": on("n1", 0),
         "c": on("n1", 1),
         "d": on("n1", 2),
@@ -135,8 +58,8 @@ def test_jobs_launch_in_queue_order_with_tie_breaks():
     assert decision.suspend == () and decision.renew == ()
 
 
-def test_launch_uses_the_default_lease_or_the_policy_lease():
-    queue = [waiting("a", 1, 0.0)]
+def test_launch_uses_the_default_lease_or_the_policy_lease(on, waiting, snapshot):
+    queue = [waiting("a", 1, queued_since=0.0)]
     assert FifoPolicy().decide(snapshot(0.0, queued=queue)).launch == (
         Launch("a", on("n1", 0), LEASE),
     )
@@ -145,7 +68,7 @@ def test_launch_uses_the_default_lease_or_the_policy_lease():
     )
 
 
-def test_policy_lease_is_used_for_renewals_too():
+def test_policy_lease_is_used_for_renewals_too(on, running, snapshot):
     active = [running("a", on("n1", 0, 1), since=0.0, expires=100.0)]
     decision = FifoPolicy(lease_s=42.0).decide(snapshot(100.0, active=active))
     assert decision == Decision(renew=(Renew("a", 42.0),))
@@ -154,9 +77,13 @@ def test_policy_lease_is_used_for_renewals_too():
 # --- the 2 x 2 scenario over several cycles ---------------------------------------------------
 
 
-def test_time_slicing_scenario_on_two_nodes_of_two_gpus():
+def test_time_slicing_scenario_on_two_nodes_of_two_gpus(on, waiting, running, snapshot):
     policy = FifoPolicy()
-    x, y, z = waiting("X", 2, 0.0), waiting("Y", 2, 1.0), waiting("Z", 1, 2.0)
+    x, y, z = (
+        waiting("X", 2, queued_since=0.0),
+        waiting("Y", 2, queued_since=1.0),
+        waiting("Z", 1, queued_since=2.0),
+    )
 
     # t=0: X and Y tie for best fit (2 free each) -> X to n1 (node id), Y to n2; Z waits.
     d0 = policy.decide(snapshot(0.0, queued=[x, y, z]))
@@ -184,7 +111,7 @@ def test_time_slicing_scenario_on_two_nodes_of_two_gpus():
 
     # t=102: X suspended (rejoined the queue at 101, behind Z). Z takes n1 GPU 0; X needs 2
     # and only n1 GPU 1 is free; nothing expired, so X waits.
-    x_back = waiting("X", 2, 101.0, submit_time=0.0, state=JobState.SUSPENDED)
+    x_back = waiting("X", 2, queued_since=101.0, submit_time=0.0, state=JobState.SUSPENDED)
     d102 = policy.decide(snapshot(102.0, active=[y_run], queued=[x_back, z]))
     assert d102 == Decision(launch=(Launch("Z", on("n1", 0), LEASE),))
 
@@ -195,7 +122,7 @@ def test_time_slicing_scenario_on_two_nodes_of_two_gpus():
 
     # t=203: Y suspended (queued at 201, behind X). X resumes on n2. Y needs 2 but only n1
     # GPU 1 is free; Z's lease expired at 202 and releasing it frees n1 GPU 0: Z yields to Y.
-    y_back = waiting("Y", 2, 201.0, submit_time=1.0, state=JobState.SUSPENDED)
+    y_back = waiting("Y", 2, queued_since=201.0, submit_time=1.0, state=JobState.SUSPENDED)
     d203 = policy.decide(snapshot(203.0, active=[z_run], queued=[y_back, x_back]))
     assert d203 == Decision(
         launch=(Launch("X", on("n2", 0, 1), LEASE),),
@@ -203,71 +130,83 @@ def test_time_slicing_scenario_on_two_nodes_of_two_gpus():
     )
 
 
-def test_longest_running_expired_job_is_suspended_first():
+def test_longest_running_expired_job_is_suspended_first(on, waiting, running, snapshot):
     # Y started earlier than X: Y is the one that yields.
     x_run = running("X", on("n1", 0, 1), since=20.0, expires=120.0)
     y_run = running("Y", on("n2", 0, 1), since=5.0, expires=105.0)
     decision = FifoPolicy().decide(
-        snapshot(120.0, active=[x_run, y_run], queued=[waiting("Z", 1, 50.0)])
+        snapshot(120.0, active=[x_run, y_run], queued=[waiting("Z", 1, queued_since=50.0)])
     )
     assert suspended(decision) == ["Y"]
     assert renewed(decision) == ["X"]
 
 
-def test_victims_accumulate_until_the_head_fits():
+@pytest.mark.parametrize(
+    ("head_gpus", "victims", "kept"),
+    [
+        # Releasing A leaves n1 with 1 free: not enough; A and B free n1: enough. C keeps running.
+        (2, ["A", "B"], ["C"]),
+        # A head needing the whole cluster suspends every expired job.
+        (4, ["A", "B", "C"], []),
+    ],
+    ids=["until-the-head-fits", "whole-cluster"],
+)
+def test_victims_accumulate_until_the_head_fits(
+    head_gpus: int, victims: list[str], kept: list[str], on, waiting, running, snapshot
+):
     # n1: A (GPU 0, oldest) and B (GPU 1); n2: C (both GPUs, newest). All expired.
     a = running("A", on("n1", 0), since=0.0, expires=100.0)
     b = running("B", on("n1", 1), since=5.0, expires=105.0)
     c = running("C", on("n2", 0, 1), since=10.0, expires=110.0)
-    head = waiting("H", 2, 1.0)
+    head = waiting("H", head_gpus, queued_since=1.0)
     decision = FifoPolicy().decide(snapshot(110.0, active=[a, b, c], queued=[head]))
-    # Releasing A leaves n1 with 1 free: not enough; A and B free n1: enough. C keeps running.
-    assert suspended(decision) == ["A", "B"]
-    assert renewed(decision) == ["C"]
+    assert suspended(decision) == victims
+    assert renewed(decision) == kept
     assert decision.launch == ()
 
 
-def test_a_head_needing_the_whole_cluster_suspends_every_expired_job():
-    a = running("A", on("n1", 0), since=0.0, expires=100.0)
-    b = running("B", on("n1", 1), since=5.0, expires=105.0)
-    c = running("C", on("n2", 0, 1), since=10.0, expires=110.0)
-    decision = FifoPolicy().decide(snapshot(110.0, active=[a, b, c], queued=[waiting("H", 4, 1.0)]))
-    assert suspended(decision) == ["A", "B", "C"]
-    assert decision.renew == ()
-
-
-def test_no_suspension_when_releasing_all_expired_jobs_is_not_enough():
+def test_no_suspension_when_releasing_all_expired_jobs_is_not_enough(
+    on, waiting, running, snapshot
+):
     # H needs all 4 GPUs but C's lease has not expired: suspending A and B is pointless.
     a = running("A", on("n1", 0), since=0.0, expires=100.0)
     b = running("B", on("n1", 1), since=5.0, expires=100.0)
     c = running("C", on("n2", 0, 1), since=10.0, expires=150.0)
-    decision = FifoPolicy().decide(snapshot(100.0, active=[a, b, c], queued=[waiting("H", 4, 1.0)]))
+    decision = FifoPolicy().decide(
+        snapshot(100.0, active=[a, b, c], queued=[waiting("H", 4, queued_since=1.0)])
+    )
     assert decision == Decision(renew=(Renew("A", LEASE), Renew("B", LEASE)))
 
 
-def test_unexpired_jobs_are_never_suspended_or_renewed():
+def test_unexpired_jobs_are_never_suspended_or_renewed(on, waiting, running, snapshot):
     a = running("A", on("n1", 0, 1), since=0.0, expires=100.0)
     b = running("B", on("n2", 0, 1), since=0.0, expires=100.0)
-    decision = FifoPolicy().decide(snapshot(99.9, active=[a, b], queued=[waiting("H", 1, 1.0)]))
+    decision = FifoPolicy().decide(
+        snapshot(99.9, active=[a, b], queued=[waiting("H", 1, queued_since=1.0)])
+    )
     assert decision == Decision()
 
 
-def test_lease_expiring_exactly_now_counts_as_expired():
+def test_lease_expiring_exactly_now_counts_as_expired(on, waiting, running, snapshot):
     a = running("A", on("n1", 0, 1), since=0.0, expires=100.0)
     b = running("B", on("n2", 0, 1), since=1.0, expires=101.0)
-    decision = FifoPolicy().decide(snapshot(100.0, active=[a, b], queued=[waiting("H", 1, 1.0)]))
+    decision = FifoPolicy().decide(
+        snapshot(100.0, active=[a, b], queued=[waiting("H", 1, queued_since=1.0)])
+    )
     assert decision == Decision(suspend=(Suspend("A", "lease expired; yields to H"),))
 
 
-def test_expired_jobs_are_renewed_when_the_head_fits_without_them():
+def test_expired_jobs_are_renewed_when_the_head_fits_without_them(on, waiting, running, snapshot):
     a = running("A", on("n1", 0), since=0.0, expires=100.0)
-    decision = FifoPolicy().decide(snapshot(100.0, active=[a], queued=[waiting("H", 2, 1.0)]))
+    decision = FifoPolicy().decide(
+        snapshot(100.0, active=[a], queued=[waiting("H", 2, queued_since=1.0)])
+    )
     assert decision == Decision(
         launch=(Launch("H", on("n2", 0, 1), LEASE),), renew=(Renew("A", LEASE),)
     )
 
 
-def test_expired_jobs_are_renewed_when_nobody_waits():
+def test_expired_jobs_are_renewed_when_nobody_waits(on, running, snapshot):
     a = running("A", on("n1", 0), since=0.0, expires=100.0)
     b = running("B", on("n2", 0, 1), since=0.0, expires=90.0)
     decision = FifoPolicy().decide(snapshot(100.0, active=[a, b]))
@@ -275,95 +214,114 @@ def test_expired_jobs_are_renewed_when_nobody_waits():
     assert decision.suspend == () and decision.launch == ()
 
 
-def test_without_time_slicing_leases_are_always_renewed():
+def test_without_time_slicing_leases_are_always_renewed(on, waiting, running, snapshot):
     x_run = running("X", on("n1", 0, 1), since=0.0, expires=100.0)
     y_run = running("Y", on("n2", 0, 1), since=0.0, expires=100.0)
-    z = waiting("Z", 1, 2.0)
+    z = waiting("Z", 1, queued_since=2.0)
     decision = FifoPolicy(time_slicing=False).decide(
         snapshot(100.0, active=[x_run, y_run], queued=[z])
     )
     assert decision == Decision(renew=(Renew("X", LEASE), Renew("Y", LEASE)))
 
 
-def test_nopreempt_still_launches_in_fifo_order():
-    queue = [waiting("b", 2, 1.0), waiting("a", 2, 0.0), waiting("c", 1, 2.0)]
+def test_nopreempt_still_launches_in_fifo_order(on, waiting, snapshot):
+    queue = [
+        waiting("b", 2, queued_since=1.0),
+        waiting("a", 2, queued_since=0.0),
+        waiting("c", 1, queued_since=2.0),
+    ]
     decision = FifoPolicy(time_slicing=False).decide(snapshot(0.0, queued=queue))
-    assert launched(decision) == {"a": on("n1", 0, 1), "b": on("n2", 0, 1)}
+    assert placements(decision) == {"a": on("n1", 0, 1), "b": on("n2", 0, 1)}
 
 
 # --- what never runs, and head-of-line blocking -----------------------------------------------
 
 
-def test_job_bigger_than_the_cluster_is_skipped_and_does_not_block():
-    big, small = waiting("big", 5, 0.0), waiting("small", 1, 1.0)
+def test_job_bigger_than_the_cluster_is_skipped_and_does_not_block(on, waiting, snapshot):
+    big, small = waiting("big", 5, queued_since=0.0), waiting("small", 1, queued_since=1.0)
     decision = FifoPolicy().decide(snapshot(0.0, queued=[big, small]))
     assert decision == Decision(launch=(Launch("small", on("n1", 0), LEASE),))
 
 
-def test_job_bigger_than_the_cluster_causes_no_suspension():
+def test_job_bigger_than_the_cluster_causes_no_suspension(on, waiting, running, snapshot):
     a = running("A", on("n1", 0, 1), since=0.0, expires=100.0)
     b = running("B", on("n2", 0, 1), since=0.0, expires=100.0)
-    decision = FifoPolicy().decide(snapshot(100.0, active=[a, b], queued=[waiting("big", 5, 0.0)]))
+    decision = FifoPolicy().decide(
+        snapshot(100.0, active=[a, b], queued=[waiting("big", 5, queued_since=0.0)])
+    )
     assert decision == Decision(renew=(Renew("A", LEASE), Renew("B", LEASE)))
 
 
-def test_capacity_counts_busy_gpus_so_a_full_cluster_job_is_not_skipped():
+def test_capacity_counts_busy_gpus_so_a_full_cluster_job_is_not_skipped(
+    on, waiting, running, snapshot
+):
     # H needs all 4 GPUs; they exist, but B holds 2 while not expired: H waits, and the small
     # job behind it does not overtake it.
     b = running("B", on("n2", 0, 1), since=0.0, expires=500.0)
-    queue = [waiting("H", 4, 0.0), waiting("s", 1, 1.0)]
+    queue = [waiting("H", 4, queued_since=0.0), waiting("s", 1, queued_since=1.0)]
     assert FifoPolicy().decide(snapshot(10.0, active=[b], queued=queue)) == Decision()
 
 
-def test_small_job_behind_a_waiting_head_does_not_start():
+def test_small_job_behind_a_waiting_head_does_not_start(on, waiting, running, snapshot):
     a = running("A", on("n1", 0), since=0.0, expires=500.0)
-    queue = [waiting("head", 4, 1.0), waiting("small", 1, 2.0)]
+    queue = [waiting("head", 4, queued_since=1.0), waiting("small", 1, queued_since=2.0)]
     assert FifoPolicy().decide(snapshot(10.0, active=[a], queued=queue)) == Decision()
 
 
-def test_jobs_before_the_blocked_head_still_launch():
-    queue = [waiting("first", 1, 0.0), waiting("head", 4, 1.0), waiting("small", 1, 2.0)]
+def test_jobs_before_the_blocked_head_still_launch(on, waiting, snapshot):
+    queue = [
+        waiting("first", 1, queued_since=0.0),
+        waiting("head", 4, queued_since=1.0),
+        waiting("small", 1, queued_since=2.0),
+    ]
     decision = FifoPolicy().decide(snapshot(0.0, queued=queue))
     # first takes n1 GPU 0 (best fit: n1 and n2 tie, n1 by id); head needs all 4 -> blocks.
     assert decision == Decision(launch=(Launch("first", on("n1", 0), LEASE),))
 
 
-def test_nodes_without_free_gpus_in_the_snapshot_are_not_used():
+def test_nodes_without_free_gpus_in_the_snapshot_are_not_used(on, waiting, running, snapshot):
     nodes = {"n1": 2}
     a = running("A", on("n1", 0, 1), since=0.0, expires=500.0)
     assert FifoPolicy().decide(
-        snapshot(0.0, active=[a], queued=[waiting("s", 1, 0.0)], nodes=nodes)
+        snapshot(0.0, active=[a], queued=[waiting("s", 1, queued_since=0.0)], nodes=nodes)
     ) == (Decision())
 
 
-def test_launch_respects_gpus_per_process():
-    queue = [waiting("wide", 4, 0.0, gpus_per_process=2)]
+def test_launch_respects_gpus_per_process(tp, waiting, snapshot):
+    queue = [waiting("wide", 4, queued_since=0.0, gpus_per_process=2)]
     decision = FifoPolicy().decide(snapshot(0.0, queued=queue))
-    assert launched(decision) == {"wide": (tp(0, "n1", 0, 1), tp(1, "n2", 0, 1))}
+    assert placements(decision) == {"wide": (tp(0, "n1", 0, 1), tp(1, "n2", 0, 1))}
 
 
-def test_job_that_can_never_be_placed_does_not_block_the_queue():
+def test_job_that_can_never_be_placed_does_not_block_the_queue(on, waiting, snapshot):
     # 4 GPUs in one process, but no node has 4 GPUs: it can never run on this cluster.
-    queue = [waiting("never", 4, 0.0, gpus_per_process=4), waiting("small", 1, 1.0)]
+    queue = [
+        waiting("never", 4, queued_since=0.0, gpus_per_process=4),
+        waiting("small", 1, queued_since=1.0),
+    ]
     decision = FifoPolicy().decide(snapshot(0.0, queued=queue))
-    assert launched(decision) == {"small": on("n1", 0)}
+    assert placements(decision) == {"small": on("n1", 0)}
 
 
-def test_no_second_victim_while_the_first_one_is_still_suspending():
+def test_no_second_victim_while_the_first_one_is_still_suspending(on, waiting, running, snapshot):
     # t=100: X was chosen to yield to W (2 GPUs) and is still checkpointing on n1.
     # t=105: Y's lease expires. When X is done, W fits on n1: Y need not be suspended.
     x_busy = running("X", on("n1", 0, 1), since=0.0, expires=100.0, state=JobState.SUSPENDING)
     y_run = running("Y", on("n2", 0, 1), since=5.0, expires=105.0)
     decision = FifoPolicy().decide(
-        snapshot(105.0, active=[y_run], queued=[waiting("W", 2, 50.0)], busy=[x_busy])
+        snapshot(105.0, active=[y_run], queued=[waiting("W", 2, queued_since=50.0)], busy=[x_busy])
     )
     assert decision == Decision(renew=(Renew("Y", LEASE),))
 
 
-def test_policy_has_no_hidden_state():
+def test_policy_has_no_hidden_state(on, waiting, running, snapshot):
     policy = FifoPolicy()
     a = running("A", on("n1", 0), since=0.0, expires=100.0)
-    snap = snapshot(100.0, active=[a], queued=[waiting("H", 4, 1.0), waiting("s", 1, 2.0)])
+    snap = snapshot(
+        100.0,
+        active=[a],
+        queued=[waiting("H", 4, queued_since=1.0), waiting("s", 1, queued_since=2.0)],
+    )
     assert policy.decide(snap) == policy.decide(snap)
 
 
@@ -378,6 +336,20 @@ def test_registry_lists_and_builds_policies():
     assert isinstance(plain, FifoPolicy)
     assert not plain.time_slicing and plain.name == "fifo"
     assert make_policy("fifo") is not plain
+
+
+@pytest.mark.parametrize(
+    ("name", "policy_class"),
+    [
+        ("srtf", SrtfPolicy),
+        ("edf", EdfPolicy),
+        ("tiresias", TiresiasPolicy),
+        ("themis", ThemisPolicy),
+    ],
+)
+def test_registry_builds_each_priority_policy(name: str, policy_class: type) -> None:
+    policy = make_policy(name)
+    assert isinstance(policy, policy_class) and policy.name == name
 
 
 def test_registry_rejects_unknown_names_listing_the_valid_ones():

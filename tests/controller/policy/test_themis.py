@@ -3,121 +3,37 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import replace
 
 import pytest
 
-from controller.placement import TaskPlacement
-from controller.policy import make_policy
-from controller.policy.base import (
-    ClusterSnapshot,
-    Decision,
-    JobView,
-    Launch,
-    Renew,
-    Suspend,
-)
+from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
 from controller.policy.themis import ThemisPolicy, finish_time_fairness
-from mlsched.model import IterationStop, JobSpec, JobState
+from mlsched.model import JobState
 
 LEASE = 100.0
-
-
-def spec(gpus: int) -> JobSpec:
-    return JobSpec("job", ("python", "t.py"), gpus, IterationStop(10))
-
-
-def on(node: str, *gpus: int) -> tuple[TaskPlacement, ...]:
-    """One task per GPU, all on ``node``."""
-    return tuple(TaskPlacement(rank, node, (g,)) for rank, g in enumerate(gpus))
-
-
-def waiting(
-    job_id: str,
-    gpus: int,
-    *,
-    remaining: float | None,
-    attained: float = 0.0,
-    submit_time: float = 0.0,
-    queued_since: float | None = None,
-) -> JobView:
-    return JobView(
-        id=job_id,
-        user="alice",
-        spec=spec(gpus),
-        state=JobState.PENDING,
-        submit_time=submit_time,
-        queued_since=submit_time if queued_since is None else queued_since,
-        attempt=0,
-        suspensions=0,
-        attained_gpu_s=attained,
-        estimated_remaining_s=remaining,
-    )
-
-
-def running(
-    job_id: str,
-    placement: tuple[TaskPlacement, ...],
-    *,
-    remaining: float | None,
-    attained: float,
-    expires: float,
-    submit_time: float = 0.0,
-) -> JobView:
-    return JobView(
-        id=job_id,
-        user="alice",
-        spec=spec(sum(len(p.gpu_indices) for p in placement)),
-        state=JobState.RUNNING,
-        submit_time=submit_time,
-        queued_since=submit_time,
-        attempt=1,
-        suspensions=0,
-        lease_expires_at=expires,
-        placement=placement,
-        running_since=submit_time,
-        attained_gpu_s=attained,
-        estimated_remaining_s=remaining,
-    )
-
-
-def snapshot(
-    now: float,
-    active: Iterable[JobView] = (),
-    queued: Iterable[JobView] = (),
-    busy: Iterable[JobView] = (),
-    nodes: dict[str, int] | None = None,
-) -> ClusterSnapshot:
-    """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
-    nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
-    return ClusterSnapshot.of(now, nodes, active, queued, busy, default_lease_s=LEASE)
 
 
 def decide(snap: ClusterSnapshot) -> Decision:
     return ThemisPolicy().decide(snap)
 
 
-def launched(decision: Decision) -> list[str]:
-    return [item.job_id for item in decision.launch]
-
-
 # --- rho = T_shared / T_ideal ----------------------------------------------------------------
 
 
-def test_rho_of_a_job_within_its_fair_share():
+def test_rho_of_a_job_within_its_fair_share(waiting):
     # 1 GPU, 50 s executed, 50 s left, 100 s since submission; 2 jobs on 4 GPUs: share 2 >= 1.
     job = waiting("a", 1, remaining=50.0, attained=50.0)
     assert finish_time_fairness(job, now=100.0, contenders=2, cluster_gpus=4) == 150.0 / 100.0
 
 
-def test_rho_of_a_gang_larger_than_its_fair_share():
+def test_rho_of_a_gang_larger_than_its_fair_share(waiting):
     # 4 GPUs, 50 s executed (200 GPU-s), 50 s left; share 4 / 2 = 2 GPUs: ideal is 2x slower.
     job = waiting("w", 4, remaining=50.0, attained=200.0)
     assert finish_time_fairness(job, now=100.0, contenders=2, cluster_gpus=4) == 150.0 / 200.0
 
 
-def test_rho_with_unknown_remaining_time_uses_attained_service_only():
+def test_rho_with_unknown_remaining_time_uses_attained_service_only(waiting):
     job = waiting("u", 1, remaining=None, attained=25.0)
     assert finish_time_fairness(job, now=100.0, contenders=2, cluster_gpus=4) == 4.0
     fresh = waiting("f", 1, remaining=None)
@@ -126,7 +42,7 @@ def test_rho_with_unknown_remaining_time_uses_attained_service_only():
     assert finish_time_fairness(known, now=100.0, contenders=2, cluster_gpus=4) == 2.0
 
 
-def test_rho_stays_constant_while_running_and_grows_while_waiting():
+def test_rho_stays_constant_while_running_and_grows_while_waiting(on, waiting, running):
     def runner(t: float) -> JobView:
         return running("r", on("n1", 0), remaining=1000.0 - t, attained=t, expires=t)
 
@@ -143,7 +59,7 @@ def test_rho_stays_constant_while_running_and_grows_while_waiting():
 # --- allocation in rho order -----------------------------------------------------------------
 
 
-def test_gpus_go_to_the_highest_rho_first():
+def test_gpus_go_to_the_highest_rho_first(on, waiting, snapshot, launched):
     queue = [
         waiting("B", 1, remaining=100.0, attained=100.0),  # 200 / 200 = 1.0
         waiting("C", 1, remaining=100.0, submit_time=50.0),  # 150 / 100 = 1.5
@@ -158,7 +74,7 @@ def test_gpus_go_to_the_highest_rho_first():
     assert launched(decide(snapshot(100.0, queued=queue, nodes={"n1": 1}))) == ["A"]
 
 
-def test_equal_rho_is_served_fifo():
+def test_equal_rho_is_served_fifo(waiting, snapshot, launched):
     queue = [
         waiting("late", 1, remaining=None, submit_time=5.0),
         waiting("early", 1, remaining=None, submit_time=1.0),
@@ -166,7 +82,9 @@ def test_equal_rho_is_served_fifo():
     assert launched(decide(snapshot(10.0, queued=queue, nodes={"n1": 1}))) == ["early"]
 
 
-def test_an_expired_job_yields_to_a_queued_job_with_a_strictly_larger_rho():
+def test_an_expired_job_yields_to_a_queued_job_with_a_strictly_larger_rho(
+    on, waiting, running, snapshot
+):
     # 3 jobs on 4 GPUs: a 2-GPU gang is 1.5x slower than its share. R: 200 / 300 = 0.67.
     r = running("R", on("n1", 0, 1), remaining=100.0, attained=200.0, expires=100.0)
     k = running("K", on("n2", 0, 1), remaining=100.0, attained=20.0, expires=500.0)
@@ -179,7 +97,9 @@ def test_an_expired_job_yields_to_a_queued_job_with_a_strictly_larger_rho():
     )
 
 
-def test_a_job_without_any_service_preempts_and_unknown_ones_do_not_preempt_each_other():
+def test_a_job_without_any_service_preempts_and_unknown_ones_do_not_preempt_each_other(
+    on, waiting, running, snapshot
+):
     r = running("R", on("n1", 0, 1), remaining=None, attained=10.0, expires=100.0)
     fresh = waiting("F", 2, remaining=None, submit_time=90.0)  # rho = inf
     decision = decide(snapshot(100.0, active=[r], queued=[fresh], nodes={"n1": 2}))
@@ -191,13 +111,15 @@ def test_a_job_without_any_service_preempts_and_unknown_ones_do_not_preempt_each
     )
 
 
-def test_unexpired_leases_are_kept_whatever_the_rho():
+def test_unexpired_leases_are_kept_whatever_the_rho(on, waiting, running, snapshot):
     r = running("R", on("n1", 0, 1), remaining=100.0, attained=200.0, expires=100.5)
     queue = [waiting("W", 2, remaining=None)]
     assert decide(snapshot(100.0, active=[r], queued=queue, nodes={"n1": 2})) == Decision()
 
 
-def test_no_victim_while_released_gpus_suffice_and_an_oversize_job_blocks_nothing():
+def test_no_victim_while_released_gpus_suffice_and_an_oversize_job_blocks_nothing(
+    on, waiting, running, snapshot
+):
     x = replace(
         running("X", on("n1", 0, 1), remaining=10.0, attained=10.0, expires=0.0),
         state=JobState.SUSPENDING,
@@ -209,16 +131,11 @@ def test_no_victim_while_released_gpus_suffice_and_an_oversize_job_blocks_nothin
     )
 
 
-def test_a_lower_rho_job_backfills_where_a_higher_one_does_not_fit():
+def test_a_lower_rho_job_backfills_where_a_higher_one_does_not_fit(on, waiting, running, snapshot):
     k = running("K", on("n1", 0), remaining=100.0, attained=100.0, expires=500.0)
     queue = [waiting("W", 2, remaining=None), waiting("s", 1, remaining=100.0)]
     decision = decide(snapshot(100.0, active=[k], queued=queue, nodes={"n1": 2}))
     assert decision == Decision(launch=(Launch("s", on("n1", 1), LEASE),))
-
-
-def test_registry_builds_themis():
-    policy = make_policy("themis")
-    assert isinstance(policy, ThemisPolicy) and policy.name == "themis"
 
 
 # --- randomized invariants -------------------------------------------------------------------

@@ -2,104 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import replace
 
 import pytest
 
-from controller.placement import TaskPlacement
-from controller.policy import make_policy
-from controller.policy.base import (
-    ClusterSnapshot,
-    Decision,
-    JobView,
-    Launch,
-    Renew,
-    Suspend,
-)
+from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
 from controller.policy.tiresias import TiresiasPolicy
-from mlsched.model import IterationStop, JobSpec, JobState
+from mlsched.model import JobState
 
 LEASE = 100.0
-
-
-def spec(gpus: int, gpus_per_process: int = 1) -> JobSpec:
-    return JobSpec(
-        "job", ("python", "t.py"), gpus, IterationStop(10), gpus_per_process=gpus_per_process
-    )
-
-
-def on(node: str, *gpus: int) -> tuple[TaskPlacement, ...]:
-    """One task per GPU, all on ``node``."""
-    return tuple(TaskPlacement(rank, node, (g,)) for rank, g in enumerate(gpus))
-
-
-def waiting(
-    job_id: str,
-    gpus: int,
-    *,
-    attained: float = 0.0,
-    queued_since: float = 0.0,
-    submit_time: float | None = None,
-) -> JobView:
-    return JobView(
-        id=job_id,
-        user="alice",
-        spec=spec(gpus),
-        state=JobState.PENDING if attained == 0 else JobState.SUSPENDED,
-        submit_time=queued_since if submit_time is None else submit_time,
-        queued_since=queued_since,
-        attempt=0 if attained == 0 else 1,
-        suspensions=0 if attained == 0 else 1,
-        attained_gpu_s=attained,
-    )
-
-
-def running(
-    job_id: str,
-    placement: tuple[TaskPlacement, ...],
-    *,
-    attained: float,
-    expires: float,
-    since: float = 0.0,
-    queued_since: float = 0.0,
-    submit_time: float = 0.0,
-) -> JobView:
-    """``attained``: GPU-seconds so far, including the current attempt (from ``since``)."""
-    return JobView(
-        id=job_id,
-        user="alice",
-        spec=spec(sum(len(p.gpu_indices) for p in placement)),
-        state=JobState.RUNNING,
-        submit_time=submit_time,
-        queued_since=queued_since,
-        attempt=1,
-        suspensions=0,
-        lease_expires_at=expires,
-        placement=placement,
-        running_since=since,
-        attained_gpu_s=attained,
-    )
-
-
-def snapshot(
-    now: float,
-    active: Iterable[JobView] = (),
-    queued: Iterable[JobView] = (),
-    busy: Iterable[JobView] = (),
-    nodes: dict[str, int] | None = None,
-) -> ClusterSnapshot:
-    """``nodes``: GPUs per node (default 2 nodes x 2 GPUs); free = not held by active/busy."""
-    nodes = nodes if nodes is not None else {"n1": 2, "n2": 2}
-    return ClusterSnapshot.of(now, nodes, active, queued, busy, default_lease_s=LEASE)
+# A queued job that has attained service ran before: it is a suspended one.
+SUSPENDED = JobState.SUSPENDED
 
 
 def decide(snap: ClusterSnapshot, **settings: object) -> Decision:
     return TiresiasPolicy(**settings).decide(snap)  # type: ignore[arg-type]
-
-
-def launched(decision: Decision) -> list[str]:
-    return [item.job_id for item in decision.launch]
 
 
 # --- queues ----------------------------------------------------------------------------------
@@ -119,20 +36,22 @@ def test_queue_of_demotes_when_attained_service_reaches_a_threshold():
     assert [three.queue_of(s) for s in (50.0, 100.0, 999.0, 1000.0)] == [0, 1, 1, 2]
 
 
-def test_attained_service_is_gpus_times_time():
+def test_attained_service_is_gpus_times_time(waiting):
     policy = TiresiasPolicy()
     # 2 GPUs for 1,600 s reach the threshold; 1 GPU for 3,199 s does not.
-    assert policy.key(waiting("wide", 2, attained=3200.0, queued_since=9.0), now=10.0)[0] == 1
-    assert policy.key(waiting("thin", 1, attained=3199.0, queued_since=9.0), now=10.0)[0] == 0
+    wide = waiting("wide", 2, attained=3200.0, queued_since=9.0, state=SUSPENDED)
+    thin = waiting("thin", 1, attained=3199.0, queued_since=9.0, state=SUSPENDED)
+    assert policy.key(wide, now=10.0)[0] == 1
+    assert policy.key(thin, now=10.0)[0] == 0
 
 
-def test_higher_queue_first_and_fifo_by_submission_within_a_queue():
+def test_higher_queue_first_and_fifo_by_submission_within_a_queue(on, waiting, snapshot):
     # Within Q0 the order is FIFO, not least-attained-first: b (3,000 GPU-s) goes before a (0).
     queue = [
-        waiting("c", 1, attained=10.0, queued_since=5.0, submit_time=3.0),
-        waiting("old", 1, attained=5000.0, queued_since=5.0, submit_time=0.0),
+        waiting("c", 1, attained=10.0, queued_since=5.0, submit_time=3.0, state=SUSPENDED),
+        waiting("old", 1, attained=5000.0, queued_since=5.0, submit_time=0.0, state=SUSPENDED),
         waiting("a", 1, attained=0.0, queued_since=2.0),
-        waiting("b", 1, attained=3000.0, queued_since=5.0, submit_time=1.0),
+        waiting("b", 1, attained=3000.0, queued_since=5.0, submit_time=1.0, state=SUSPENDED),
     ]
     decision = decide(snapshot(10.0, queued=queue, nodes={"n1": 3}))
     assert decision.launch == (
@@ -142,9 +61,14 @@ def test_higher_queue_first_and_fifo_by_submission_within_a_queue():
     )
 
 
-def test_a_lower_queue_job_backfills_behind_a_top_queue_job_that_does_not_fit():
+def test_a_lower_queue_job_backfills_behind_a_top_queue_job_that_does_not_fit(
+    on, waiting, running, snapshot
+):
     b = running("B", on("n2", 0, 1), attained=10.0, expires=99.0)
-    queue = [waiting("big", 4), waiting("old", 1, attained=9000.0, queued_since=9.0)]
+    queue = [
+        waiting("big", 4),
+        waiting("old", 1, attained=9000.0, queued_since=9.0, state=SUSPENDED),
+    ]
     decision = decide(snapshot(10.0, active=[b], queued=queue))
     assert decision == Decision(launch=(Launch("old", on("n1", 0), LEASE),))
 
@@ -152,7 +76,7 @@ def test_a_lower_queue_job_backfills_behind_a_top_queue_job_that_does_not_fit():
 # --- preemption across queues only -----------------------------------------------------------
 
 
-def test_an_expired_demoted_job_yields_to_a_top_queue_job():
+def test_an_expired_demoted_job_yields_to_a_top_queue_job(on, waiting, running, snapshot):
     a = running("A", on("n1", 0, 1), attained=4000.0, expires=100.0)  # Q1
     b = running("B", on("n2", 0, 1), attained=100.0, expires=100.0)  # Q0
     decision = decide(snapshot(100.0, active=[a, b], queued=[waiting("N", 2, queued_since=50.0)]))
@@ -161,14 +85,16 @@ def test_an_expired_demoted_job_yields_to_a_top_queue_job():
     )
 
 
-def test_no_preemption_within_a_queue_even_with_more_attained_service():
+def test_no_preemption_within_a_queue_even_with_more_attained_service(
+    on, waiting, running, snapshot
+):
     a = running("A", on("n1", 0, 1), attained=3100.0, expires=100.0)  # still Q0
     b = running("B", on("n2", 0, 1), attained=3199.0, expires=100.0)  # still Q0
     decision = decide(snapshot(100.0, active=[a, b], queued=[waiting("N", 2, queued_since=50.0)]))
     assert decision == Decision(renew=(Renew("A", LEASE), Renew("B", LEASE)))
 
 
-def test_a_demoted_job_whose_lease_has_not_expired_keeps_running():
+def test_a_demoted_job_whose_lease_has_not_expired_keeps_running(on, waiting, running, snapshot):
     a = running("A", on("n1", 0, 1), attained=9000.0, expires=100.5)
     b = running("B", on("n2", 0, 1), attained=9000.0, expires=200.0)
     assert decide(snapshot(100.0, active=[a, b], queued=[waiting("N", 1, queued_since=9.0)])) == (
@@ -179,29 +105,29 @@ def test_a_demoted_job_whose_lease_has_not_expired_keeps_running():
 # --- starvation avoidance --------------------------------------------------------------------
 
 
-def test_promotion_when_waiting_reaches_the_knob_times_executed_time():
+def test_promotion_when_waiting_reaches_the_knob_times_executed_time(waiting):
     policy = TiresiasPolicy()
     # 4,000 GPU-s on 1 GPU: executed 4,000 s; queued since 100 -> promoted at 100 + 8 x 4,000.
-    job = waiting("S", 1, attained=4000.0, queued_since=100.0, submit_time=7.0)
+    job = waiting("S", 1, attained=4000.0, queued_since=100.0, submit_time=7.0, state=SUSPENDED)
     assert policy.key(job, now=32_099.9) == (1, 7.0, "S")
     assert policy.key(job, now=32_100.0) == (0, 32_100.0, "S")
     assert TiresiasPolicy(promote_knob=None).key(job, now=1e9) == (1, 7.0, "S")
     # 2 GPUs: executed time is 2,000 s, so the wait needed is 16,000 s
-    wide = waiting("W", 2, attained=4000.0, queued_since=0.0)
+    wide = waiting("W", 2, attained=4000.0, queued_since=0.0, state=SUSPENDED)
     assert policy.key(wide, now=16_000.0) == (0, 16_000.0, "W")
 
 
-def test_a_promoted_job_preempts_an_expired_demoted_job():
+def test_a_promoted_job_preempts_an_expired_demoted_job(on, waiting, running, snapshot):
     a = running("A", on("n1", 0), attained=10_000.0, expires=40_000.0)
-    s = waiting("S", 1, attained=4000.0, queued_since=0.0)
+    s = waiting("S", 1, attained=4000.0, queued_since=0.0, state=SUSPENDED)
     snap = snapshot(40_000.0, active=[a], queued=[s], nodes={"n1": 1})
     assert decide(snap) == Decision(suspend=(Suspend("A", "lease expired; yields to S"),))
     assert decide(snap, promote_knob=None) == Decision(renew=(Renew("A", LEASE),))
 
 
-def test_a_promoted_job_takes_its_fifo_place_in_the_top_queue():
+def test_a_promoted_job_takes_its_fifo_place_in_the_top_queue(waiting, snapshot, launched):
     # S was promoted at 32,000: after a job submitted at 31,000, before one submitted at 35,000.
-    s = waiting("S", 1, attained=4000.0, queued_since=0.0)
+    s = waiting("S", 1, attained=4000.0, queued_since=0.0, state=SUSPENDED)
     earlier = waiting("N1", 1, queued_since=31_000.0)
     later = waiting("N2", 1, queued_since=35_000.0)
     one_gpu = {"n1": 1}
@@ -209,13 +135,19 @@ def test_a_promoted_job_takes_its_fifo_place_in_the_top_queue():
     assert launched(decide(snapshot(40_000.0, queued=[s, later], nodes=one_gpu))) == ["S"]
 
 
-def test_a_promoted_attempt_counts_only_its_own_service():
+def test_a_promoted_attempt_counts_only_its_own_service(on, waiting, running, snapshot):
     # P waited 40,000 s after 4,000 s of service: promoted, so this attempt starts a new count
     # (100 GPU-s: Q0) and the new Q0 job N cannot preempt it. Q waited only 1,000 s: it is
     # still a Q1 job and yields.
     p = running("P", on("n1", 0), attained=4100.0, expires=40_100.0, since=40_000.0)
     q = running(
-        "Q", on("n2", 0), attained=4100.0, expires=40_100.0, since=40_000.0, queued_since=39_000.0
+        "Q",
+        on("n2", 0),
+        attained=4100.0,
+        expires=40_100.0,
+        since=40_000.0,
+        queued_since=39_000.0,
+        submit_time=0.0,
     )
     queue = [waiting("N", 1, queued_since=40_050.0)]
     decision = decide(snapshot(40_100.0, active=[p, q], queued=queue, nodes={"n1": 1, "n2": 1}))
@@ -229,7 +161,9 @@ def test_a_promoted_attempt_counts_only_its_own_service():
     assert policy.key(p_later, now=43_200.0)[0] == 1
 
 
-def test_no_victim_while_released_gpus_suffice_and_an_oversize_job_blocks_nothing():
+def test_no_victim_while_released_gpus_suffice_and_an_oversize_job_blocks_nothing(
+    on, waiting, running, snapshot
+):
     # X is checkpointing on n1; Y (Q1) expires on n2. "huge" can never run (5 GPUs on 4) and
     # W fits once X is gone: nobody else yields, Y is renewed.
     x = replace(
@@ -240,11 +174,6 @@ def test_no_victim_while_released_gpus_suffice_and_an_oversize_job_blocks_nothin
     assert decide(snapshot(100.0, active=[y], queued=queue, busy=[x])) == Decision(
         renew=(Renew("Y", LEASE),)
     )
-
-
-def test_registry_builds_tiresias():
-    policy = make_policy("tiresias")
-    assert isinstance(policy, TiresiasPolicy) and policy.name == "tiresias"
 
 
 # --- randomized invariants -------------------------------------------------------------------
