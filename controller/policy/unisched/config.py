@@ -22,7 +22,9 @@ class UniSchedConfig:
     one was profiled (see ``controller.estimator.speed``). Ablations: ``sr_aware`` off drops
     T_sr from Eq. 1; ``iteration_estimator`` off uses the maximum iterations for
     performance-based jobs; ``placement="roundup"`` allows only Chronus' consolidated round-up
-    allocation.
+    allocation. ``isolate_solver``: run the MILP in a child process, so that a crash or hang of
+    the native solver costs a cycle (the cached solution), not the process
+    (:mod:`controller.policy.unisched.isolated`).
     """
 
     be_lease_s: float | None = None
@@ -37,6 +39,7 @@ class UniSchedConfig:
     sr_aware: bool = True
     iteration_estimator: bool = True
     placement: str = "joint"
+    isolate_solver: bool = True
 
     def __post_init__(self) -> None:
         if self.be_lease_s is not None and not self.be_lease_s > 0:

@@ -19,6 +19,7 @@ quarter).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,8 +39,11 @@ from controller.policy.unisched.cells import (
 )
 from controller.policy.unisched.config import UniSchedConfig
 from controller.policy.unisched.estimates import JobEstimator
+from controller.policy.unisched.isolated import IsolatedSolver, WorkerFailed
 from controller.policy.unisched.milp import MilpJob, MilpProblem, MilpSolution, Option, solve
 from mlsched.model import JobClass, JobEstimate, TargetMetricStop
+
+log = logging.getLogger(__name__)
 
 MAX_OPTIONS = 8  # allocation choices per job given to the MILP (most consolidated first)
 # A relaxed allocation spans at most this many nodes more than the consolidated one: Eq. 2
@@ -81,6 +85,7 @@ class UniSchedPolicy:
         self._waiting: dict[str, _Choice] = {}  # chosen by the last MILP, not launched yet
         self._last: MilpSolution | None = None
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
+        self._worker = IsolatedSolver() if self.config.isolate_solver else None
 
     # --- the cycle --------------------------------------------------------------------------
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
@@ -129,13 +134,24 @@ class UniSchedPolicy:
             horizon=self.config.horizon,
             reserved=self._reserved(fixed_views, slo),
         )
-        solution = solve(problem, self.config.solver, self.config.time_limit_s)
+        solution = self._solve(problem)
         if solution is None:
             solution = self._cached(candidates)
         else:
             self.solve_times_s.append(solution.solve_s + solution.build_s)
         self._last = solution
         return self._apply(snapshot, candidates, solution, suspend, be, slo, levels)
+
+    def _solve(self, problem: MilpProblem) -> MilpSolution | None:
+        """The MILP, in the worker process unless isolation is off or it cannot start."""
+        solver, limit = self.config.solver, self.config.time_limit_s
+        if self._worker is not None:
+            try:
+                return self._worker.solve(problem, solver, limit)
+            except WorkerFailed as exc:
+                log.warning("%s; solving in this process from now on", exc)
+                self._worker = None
+        return solve(problem, solver, limit)
 
     def _apply(
         self,

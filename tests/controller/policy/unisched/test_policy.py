@@ -174,7 +174,7 @@ def test_solver_without_an_answer_falls_back_to_the_cached_solution(monkeypatch)
         running_since=0.0,
     )
     monkeypatch.setattr(module, "solve", lambda *args, **kwargs: None)
-    decision = UniSchedPolicy().decide(
+    decision = UniSchedPolicy(UniSchedConfig(isolate_solver=False)).decide(
         ClusterSnapshot.of(300.0, {"a": 8}, active=[running], queued=[job("q", gpus=8)])
     )
     assert [r.job_id for r in decision.renew] == ["run"]  # nothing cached: keep what runs

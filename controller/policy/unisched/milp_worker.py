@@ -1,0 +1,41 @@
+"""The MILP worker process of :mod:`controller.policy.unisched.isolated`.
+
+Run as ``python -m controller.policy.unisched.milp_worker``: it reads pickled
+``(problem, solver, time_limit_s)`` requests on stdin and writes ("ok", solution) or
+("error", exception) answers on a duplicate of its stdout, until stdin closes. Its own stdout
+is pointed at stderr first, so that nothing the solver prints can corrupt the channel. (A
+module of its own, so that ``-m`` runs it before anything imports it.)
+"""
+
+from __future__ import annotations
+
+import os
+from multiprocessing.connection import Connection
+
+from controller.policy.unisched.milp import solve
+
+
+def serve(requests: Connection, answers: Connection) -> None:
+    """The worker: answer ("ok", solution) or ("error", exception) per request until EOF."""
+    answers.send(("ready", None))
+    while True:
+        try:
+            problem, solver, limit = requests.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            answer: tuple[str, object] = ("ok", solve(problem, solver, limit))
+        except Exception as exc:  # sent back and raised in the parent
+            answer = ("error", exc)
+        answers.send(answer)
+
+
+def _main() -> None:
+    """Serve requests on stdin, answers on a duplicate of stdout."""
+    answers_fd = os.dup(1)
+    os.dup2(2, 1)  # anything the solver prints goes to stderr, not into the channel
+    serve(Connection(0, writable=False), Connection(answers_fd, readable=False))
+
+
+if __name__ == "__main__":
+    _main()
