@@ -83,7 +83,10 @@ def measure(solver: str, jobs: int, trials: int) -> dict[str, float]:
     times = []
     for seed in range(trials):
         snap = snapshot(jobs, seed)
-        policy = UniSchedPolicy(UniSchedConfig(solver=solver, time_limit_s=5.0))
+        # In-process MILP: a fresh policy per trial would otherwise time its worker's start-up
+        # (the isolated worker's pipe costs a few ms a cycle; docs/unisched.md).
+        config = UniSchedConfig(solver=solver, time_limit_s=5.0, isolate_solver=False)
+        policy = UniSchedPolicy(config)
         started = time.perf_counter()
         policy.decide(snap)
         times.append(time.perf_counter() - started)
@@ -100,7 +103,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     results: dict[str, dict[str, dict[str, float]]] = {}
-    UniSchedPolicy().decide(snapshot(10, 0))  # load the solver libraries once
+    UniSchedPolicy(UniSchedConfig(isolate_solver=False)).decide(snapshot(10, 0))  # load once
     for solver in args.solvers:
         for jobs in args.jobs:
             results.setdefault(solver, {})[str(jobs)] = measure(solver, jobs, args.trials)
