@@ -50,10 +50,11 @@ def worker():
 
 
 @pytest.mark.parametrize("backend", ["cbc", "highs"])
-def test_the_worker_answers_as_the_solver_in_process(worker, backend):
+def test_backends_agree_in_process_and_in_the_worker(worker, backend):
     here = solve(PROBLEM, backend)
     there = worker.solve(PROBLEM, backend)
     assert here is not None and there is not None
+    # both SLO jobs need both terms before their deadline: the BE job must wait
     assert set(there.run_now) == set(here.run_now) == {"a", "b"}
     assert there.objective == pytest.approx(180.2) == here.objective
     assert worker.failures == 0

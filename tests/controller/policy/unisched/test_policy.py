@@ -7,7 +7,6 @@ import pytest
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, JobView
 from controller.policy.unisched import UniSchedConfig, UniSchedPolicy
-from controller.policy.unisched.milp import MilpJob, MilpProblem, Option, solve
 from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState, SpeedSample
 
 # T_comp 1 s, T1 0.1 s, T2 0.12 s: 1000 iterations of a 6-GPU job take 1500 s on one node,
@@ -134,25 +133,6 @@ def test_expired_lease_is_renewed_or_suspended():
     )
     assert [s.job_id for s in contested.suspend] == ["run"]
     assert contested.launch == ()  # its GPUs are still being released
-
-
-def test_solver_backends_agree():
-    problem = MilpProblem(
-        jobs=(
-            MilpJob("a", 4, (Option((0, 0, 1), (2,)),), 0.1, ((2, 100.0),), slo=True),
-            MilpJob("b", 4, (Option((0, 0, 1), (2,)),), 0.1, ((2, 80.0),), slo=True),
-            MilpJob("c", 4, (Option((0, 0, 1), (), 0.5),)),
-        ),
-        free_cells=(0, 0, 2),
-        total_gpus=8,
-        horizon=4,
-    )
-    for solver in ("cbc", "highs"):
-        solution = solve(problem, solver)
-        assert solution is not None
-        # both SLO jobs need both terms before their deadline: the BE job must wait
-        assert set(solution.run_now) == {"a", "b"}
-        assert solution.objective == pytest.approx(180.2)
 
 
 def test_unknown_solver_is_a_clear_error():
