@@ -38,7 +38,10 @@ def _stop(process: subprocess.Popen[bytes], *conns: Connection) -> None:
         conn.close()
     if process.poll() is None:
         process.kill()
-    process.wait(timeout=5.0)
+    try:
+        process.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:  # not worth blocking on; subprocess reaps it later
+        log.warning("MILP worker %d did not exit within 5 s of SIGKILL", process.pid)
 
 
 class WorkerFailed(RuntimeError):
