@@ -152,6 +152,32 @@ class EpochLog:
     validation_deviations: float = 0.0  # share that picked another job than MLF-H would
 
 
+def _epoch_log(
+    epoch: int,
+    phase: str,
+    train_reward: float | None,
+    check: Validation,
+    steps: int,
+    loss: float,
+    entropy: float | None,
+    started: float,
+) -> EpochLog:
+    """The epoch's record; ``started`` is its ``time.perf_counter()`` at the start."""
+    taken = max(1, check.steps)
+    return EpochLog(
+        epoch,
+        phase,
+        train_reward,
+        check.reward,
+        steps,
+        loss,
+        entropy,
+        time.perf_counter() - started,
+        check.holds / taken,
+        check.deviations / taken,
+    )
+
+
 @dataclass
 class TrainResult:
     network: PointerNet  # the best by validation reward
@@ -687,20 +713,7 @@ def train(
     loss, accuracy = _imitate(net, demos, np.concatenate(demo_returns), config, rng)
     check = validate(net, held_out, shape, model, sim, config.betas)
     value = check.reward
-    history = [
-        EpochLog(
-            0,
-            "imitation",
-            None,
-            value,
-            len(demos),
-            loss,
-            None,
-            time.perf_counter() - started,
-            check.holds / max(1, check.steps),
-            check.deviations / max(1, check.steps),
-        )
-    ]
+    history = [_epoch_log(0, "imitation", None, check, len(demos), loss, None, started)]
     log(
         f"epoch 0 imitation: {len(demos)} MLF-H steps ({agreement:.1%} of cycles replayed "
         f"exactly), cross-entropy {loss:.4f}, top-choice accuracy {accuracy:.1%}, "
@@ -731,17 +744,8 @@ def train(
         check = validate(net, held_out, shape, model, sim, config.betas)
         value = check.reward
         history.append(
-            EpochLog(
-                epoch,
-                "reinforce",
-                float(np.mean(rewards)),
-                value,
-                len(batch),
-                loss,
-                entropy,
-                time.perf_counter() - tick,
-                check.holds / max(1, check.steps),
-                check.deviations / max(1, check.steps),
+            _epoch_log(
+                epoch, "reinforce", float(np.mean(rewards)), check, len(batch), loss, entropy, tick
             )
         )
         previous = history[-2].validation_reward
