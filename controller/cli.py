@@ -34,7 +34,14 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         help="cluster join token agents must present (or env MLSCHED_JOIN_TOKEN)",
     )
     p.add_argument("--join-token-file", type=Path, help="read the join token from this file")
-    p.add_argument("--policy", default=DEFAULT_POLICY, choices=available_policies())
+    p.add_argument(
+        "--policy",
+        default=os.environ.get("MLSCHED_POLICY") or DEFAULT_POLICY,
+        choices=available_policies(),
+        metavar="NAME",
+        help=f"scheduling policy (or env MLSCHED_POLICY): {', '.join(available_policies())} "
+        f"[default {DEFAULT_POLICY}; docs/policies.md]",
+    )
     p.add_argument(
         "--lease-seconds",
         type=float,

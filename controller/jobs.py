@@ -1,4 +1,4 @@
-"""User operations on jobs and nodes: submit, get, list, cancel."""
+"""User operations on jobs and nodes: submit, get, list, cancel, stop."""
 
 from __future__ import annotations
 
@@ -63,15 +63,41 @@ class JobOperations:
 
     def cancel(self, user: str, job_id: str) -> Job:
         with self.state.lock:
-            job = self.state.job(job_id)
-            if job is None:
-                raise NotFound(f"no job {job_id!r}")
-            if job.user != user:
-                raise PermissionDenied(f"job {job_id} belongs to {job.user!r}, not {user!r}")
-            if job.state.terminal:
-                raise FailedPrecondition(f"job {job_id} already ended: {job.state.value}")
+            job = self._own_live_job(user, job_id)
             lifecycle.cancel(self.state, job, f"cancelled by {user}")
             return job
+
+    def stop(self, user: str, job_id: str, reason: str = "") -> Job:
+        """Finish a job now and keep its model. A running job is told to checkpoint and end
+        COMPLETED at its next step (the scheduler sends the order, as for MLF-C's stops); a
+        suspended one completes at once from its checkpoint. Idempotent until the job ends."""
+        with self.state.lock:
+            job = self._own_live_job(user, job_id)
+            if job.state is JobState.CANCELLING:
+                raise FailedPrecondition(f"job {job_id} is being cancelled")
+            if job.state.queued and job.checkpoint_step == 0:
+                raise FailedPrecondition(
+                    f"job {job_id} has no checkpoint to finish with ({job.state.value}); "
+                    "cancel it instead"
+                )
+            if not job.stop_requested:
+                job.stop_requested = f"stopped by {user}" + (f": {reason}" if reason else "")
+                with self.state.store.transaction():
+                    self.state.save_job(job)
+                    self.state.emit("user_stop", job.stop_requested, job_id=job.id)
+            if job.state is JobState.SUSPENDED:
+                lifecycle.finish_stopped(self.state, job)
+            return job
+
+    def _own_live_job(self, user: str, job_id: str) -> Job:
+        job = self.state.job(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id!r}")
+        if job.user != user:
+            raise PermissionDenied(f"job {job_id} belongs to {job.user!r}, not {user!r}")
+        if job.state.terminal:
+            raise FailedPrecondition(f"job {job_id} already ended: {job.state.value}")
+        return job
 
     def nodes(self) -> list[tuple[Node, list[int]]]:
         with self.state.lock:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from controller.commands import KillCommand, LaunchCommand, LeaseCommand, SuspendCommand, TaskRef
 from controller.placement import TaskPlacement
 from controller.state import LIVE_TASK_STATES, ControllerState, SrTiming
-from controller.stops import completion_message
+from controller.stops import COMPLETED_MESSAGE, completion_message
 from mlsched.model import Job, JobState, MigrationTarget, ResumeRecord, Task, TaskState
 
 
@@ -192,8 +192,20 @@ def _requeue(state: ControllerState, job: Job, tasks: list[Task]) -> None:
     _set_state(
         state, job, JobState.SUSPENDED, f"suspended with checkpoint at step {job.checkpoint_step}"
     )
-    if job.migration_target is not None:
+    if job.stop_requested:
+        finish_stopped(state, job)
+    elif job.migration_target is not None:
         resume_migration(state, job)
+
+
+def finish_stopped(state: ControllerState, job: Job) -> None:
+    """A SUSPENDED job a user stopped (``mlsched stop``) ends now: COMPLETED with its last
+    checkpoint as the final model, or CANCELLED when it never saved one."""
+    if job.checkpoint_step > 0:
+        detail = f"{job.stop_requested}; final model: checkpoint at step {job.checkpoint_step}"
+        _set_state(state, job, JobState.COMPLETED, f"{COMPLETED_MESSAGE}: {detail}")
+    else:
+        _set_state(state, job, JobState.CANCELLED, f"{job.stop_requested} before any checkpoint")
 
 
 def _set_state(state: ControllerState, job: Job, new: JobState, message: str = "") -> None:

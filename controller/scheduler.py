@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 from controller import lifecycle
 from controller.placement import TaskPlacement
-from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Policy
+from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Policy, Stop
 from controller.snapshot import build_snapshot
 from controller.state import LIVE_TASK_STATES, ControllerState
 from controller.stops import StopOrders
@@ -124,7 +124,7 @@ class Scheduler:
         for item in decision.launch:
             self._launch(item)
         self._keep_estimates(decision.estimates)
-        self._stops.apply(state, decision.stop)
+        self._stops.apply(state, (*decision.stop, *user_stops(state)))
 
     def _keep_estimates(self, estimates: Mapping[str, JobEstimate]) -> None:
         """Store each estimate on its job (for ``mlsched describe``), in one transaction and
@@ -225,3 +225,13 @@ class SchedulerLoop:
                 self._scheduler.run_cycle()
             except Exception:  # one bad cycle must not stop scheduling
                 log.exception("scheduling cycle failed")
+
+
+def user_stops(state: ControllerState) -> list[Stop]:
+    """``mlsched stop`` requests of active jobs, carried out like a policy's stops (a stopped
+    job that reaches SUSPENDED instead is completed by :func:`lifecycle.finish_stopped`)."""
+    return [
+        Stop(job.id, job.stop_requested)
+        for job in state.jobs.values()
+        if job.stop_requested and job.state.active
+    ]

@@ -83,8 +83,18 @@ class Controller:
         self.loop.start()
         _write_atomic(self.config.state_dir / "controller.addr", self.address + "\n")
         with self.state.lock:
-            self.state.emit("controller_started", f"listening on {self.address}")
-        log.info("controller listening on %s (state in %s)", self.address, self.config.state_dir)
+            self.state.emit(
+                "controller_started",
+                f"listening on {self.address}, policy {self.scheduler.policy.name}",
+            )
+        log.info(
+            "controller listening on %s, policy %s%s, lease %g s (state in %s)",
+            self.address,
+            self.scheduler.policy.name,
+            " (the default)" if self.scheduler.policy.name == DEFAULT_POLICY else "",
+            self.config.settings.lease_s,
+            self.config.state_dir,
+        )
 
     def request_shutdown(self) -> None:
         """Ask :meth:`wait` to return (safe from a signal handler)."""

@@ -130,6 +130,15 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         return jobs_pb2.CancelJobResponse(job=serde.job_to_proto(job, tasks))
 
     @maps_errors
+    def StopJob(
+        self, request: jobs_pb2.StopJobRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.StopJobResponse:
+        job = self._ops.stop(caller(context), request.job_id, request.reason)
+        self._on_change()
+        _, tasks = self._ops.get(job.id)
+        return jobs_pb2.StopJobResponse(job=serde.job_to_proto(job, tasks))
+
+    @maps_errors
     def ListNodes(
         self, request: jobs_pb2.ListNodesRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.ListNodesResponse:

@@ -11,7 +11,8 @@ ALLOWED: dict[S, frozenset[S]] = {
     ),
     S.RUNNING: frozenset({S.SUSPENDING, S.SUSPENDED, S.COMPLETED, S.FAILED, S.CANCELLING}),
     S.SUSPENDING: frozenset({S.SUSPENDED, S.COMPLETED, S.FAILED, S.CANCELLING}),
-    S.SUSPENDED: frozenset({S.STARTING, S.CANCELLED}),
+    # SUSPENDED -> COMPLETED: a user stop keeps the last checkpoint as the final model.
+    S.SUSPENDED: frozenset({S.STARTING, S.COMPLETED, S.CANCELLED}),
     S.CANCELLING: frozenset({S.CANCELLED}),
     S.COMPLETED: frozenset(),
     S.FAILED: frozenset(),

@@ -96,6 +96,16 @@ def cmd_cancel(client: Any, args: argparse.Namespace) -> int:
 
 
 @_with_client
+def cmd_stop(client: Any, args: argparse.Namespace) -> int:
+    job = client.stop(args.job, args.reason)
+    if args.json:
+        _print_json(render.job_dict(job))
+    else:
+        print(f"{job.id}: {job.state.value} ({job.message})")
+    return 0
+
+
+@_with_client
 def cmd_nodes(client: Any, args: argparse.Namespace) -> int:
     nodes = client.nodes()
     if args.json:
@@ -174,6 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("job", help="job id")
         _client_args(p)
         p.set_defaults(func=func)
+
+    p = sub.add_parser(
+        "stop", help="finish one of your jobs now, keeping its model (a final checkpoint)"
+    )
+    p.add_argument("job", help="job id")
+    p.add_argument("--reason", default="", help="recorded in the job's message")
+    _client_args(p)
+    p.set_defaults(func=cmd_stop)
 
     p = sub.add_parser("nodes", help="list nodes with their GPUs and load")
     _client_args(p)

@@ -64,6 +64,13 @@ class Client:
         reply = self._call(self._stub.CancelJob, jobs_pb2.CancelJobRequest(job_id=job_id))
         return serde.job_from_proto(reply.job)[0]
 
+    def stop(self, job_id: str, reason: str = "") -> Job:
+        """Finish a job now, keeping its model (``mlsched stop``)."""
+        reply = self._call(
+            self._stub.StopJob, jobs_pb2.StopJobRequest(job_id=job_id, reason=reason)
+        )
+        return serde.job_from_proto(reply.job)[0]
+
     def nodes(self) -> list[tuple[Node, list[int]]]:
         reply = self._call(self._stub.ListNodes, jobs_pb2.ListNodesRequest())
         return [serde.node_from_proto(n) for n in reply.nodes]

@@ -232,6 +232,8 @@ class Job:
     migration_requested_at: float | None = None
     # Where a migrating job resumes (set from the Migrate order until that launch).
     migration_target: MigrationTarget | None = None
+    # Why a user asked the job to finish now (``mlsched stop``); sticky until it ends.
+    stop_requested: str = ""
 
 
 @dataclass(frozen=True)

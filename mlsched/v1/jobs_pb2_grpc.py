@@ -54,6 +54,11 @@ class JobServiceStub:
                 request_serializer=mlsched_dot_v1_dot_jobs__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=mlsched_dot_v1_dot_jobs__pb2.CancelJobResponse.FromString,
                 _registered_method=True)
+        self.StopJob = channel.unary_unary(
+                '/mlsched.v1.JobService/StopJob',
+                request_serializer=mlsched_dot_v1_dot_jobs__pb2.StopJobRequest.SerializeToString,
+                response_deserializer=mlsched_dot_v1_dot_jobs__pb2.StopJobResponse.FromString,
+                _registered_method=True)
         self.ListNodes = channel.unary_unary(
                 '/mlsched.v1.JobService/ListNodes',
                 request_serializer=mlsched_dot_v1_dot_jobs__pb2.ListNodesRequest.SerializeToString,
@@ -94,6 +99,14 @@ class JobServiceServicer:
 
     def CancelJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopJob(self, request, context):
+        """Finish a job now and keep its model: a running job checkpoints at its next step and
+        completes; a suspended one completes at once with its last checkpoint as the final model.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -139,6 +152,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.CancelJob,
                     request_deserializer=mlsched_dot_v1_dot_jobs__pb2.CancelJobRequest.FromString,
                     response_serializer=mlsched_dot_v1_dot_jobs__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'StopJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopJob,
+                    request_deserializer=mlsched_dot_v1_dot_jobs__pb2.StopJobRequest.FromString,
+                    response_serializer=mlsched_dot_v1_dot_jobs__pb2.StopJobResponse.SerializeToString,
             ),
             'ListNodes': grpc.unary_unary_rpc_method_handler(
                     servicer.ListNodes,
@@ -264,6 +282,33 @@ class JobService:
             '/mlsched.v1.JobService/CancelJob',
             mlsched_dot_v1_dot_jobs__pb2.CancelJobRequest.SerializeToString,
             mlsched_dot_v1_dot_jobs__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mlsched.v1.JobService/StopJob',
+            mlsched_dot_v1_dot_jobs__pb2.StopJobRequest.SerializeToString,
+            mlsched_dot_v1_dot_jobs__pb2.StopJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
