@@ -174,16 +174,49 @@ def load_workload(args: argparse.Namespace, model: TraceJobModel | None = None) 
     return jobs
 
 
+MODEL_INFO_NAME = "model_info.json"
+
+
+def model_info_path(args: argparse.Namespace) -> Path | None:
+    """The scaling table a run uses, decided here for every entry point: ``--model-info``
+    (an error unless it is a file), else for a Philly trace the ``model_info.json`` beside it
+    if there is one; None: UniSched Eq. 2 with default costs."""
+    if args.model_info is not None:
+        if not args.model_info.is_file():
+            problem = "not a file" if args.model_info.exists() else "no such file"
+            raise ValueError(f"--model-info {args.model_info}: {problem}")
+        return args.model_info
+    beside = args.trace.with_name(MODEL_INFO_NAME)
+    return beside if args.format == "philly" and beside.is_file() else None
+
+
 def job_model(args: argparse.Namespace) -> TraceJobModel:
-    """The placement-speed table: --model-info, or for Philly traces the Chronus
-    ``model_info.json`` beside the trace; without one, Eq. 2 with default costs."""
-    path = args.model_info
-    if path is None and args.format == "philly":
-        beside = args.trace.with_name("model_info.json")
-        path = beside if beside.exists() else None
+    """The job model with the table :func:`model_info_path` picks; its ``speed_model`` says
+    which speed model that is."""
+    path = model_info_path(args)
     if path is None:
         return TraceJobModel(seed=args.seed)
     return TraceJobModel.from_model_info(path, seed=args.seed, default_model=args.default_model)
+
+
+def missing_table_warning(args: argparse.Namespace, model: TraceJobModel) -> str | None:
+    """For a Philly trace run without a scaling table, a warning naming the file looked for
+    and ``--model-info``; None otherwise (generic CSV traces only use a table when given one)."""
+    if args.format != "philly" or model.speed_model.kind == "table":
+        return None
+    expected = args.trace.with_name(MODEL_INFO_NAME).resolve()
+    return (
+        f"warning: no model_info table for this Philly trace ({expected} does not exist): "
+        f"job speeds use {model.speed_model.describe()}; put the trace's {MODEL_INFO_NAME} "
+        "there or pass --model-info PATH"
+    )
+
+
+def warn_missing_table(args: argparse.Namespace, model: TraceJobModel, prog: str) -> None:
+    """Print :func:`missing_table_warning` on stderr as ``<prog>: warning: ...``, if any."""
+    warning = missing_table_warning(args, model)
+    if warning is not None:
+        print(f"{prog}: {warning}", file=sys.stderr)
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -198,6 +231,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     except (TraceError, UnknownModel, ValueError, OSError) as exc:
         print(f"mlsched simulate: {exc}", file=sys.stderr)
         return 2
+    warn_missing_table(args, model, "mlsched simulate")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         print("mlsched simulate: --plot needs matplotlib: pip install -e '.[sim]'", file=sys.stderr)
         return 2
@@ -214,9 +248,10 @@ def run_simulate(args: argparse.Namespace) -> int:
             print(file=sys.stderr)
     metrics = {name: compute_metrics(result) for name, result in results.items()}
     print(f"{len(jobs)} jobs on {shape.nodes}x{shape.gpus_per_node} GPUs")
+    print(f"speed model: {model.speed_model.describe()}")
     print(format_table(metrics))
     if args.json_path:
-        write_json(metrics, args.json_path)
+        write_json(metrics, args.json_path, speed_model=model.speed_model.to_json())
     if args.plot:
         plot(results, args.plot)
     return 0

@@ -63,7 +63,9 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from simulator.curves import DEFAULT_CURVES, CurveParams, fit_curve_shapes
 from simulator.types import TraceJob
@@ -76,6 +78,32 @@ RESUME_PER_GPU_S = 5.0 / 14.0  # Fig. 3: 2 -> 16 GPUs adds at most 5 s
 STOP_FRACTION_RANGE = (0.69, 0.95)  # Fig. 1: up to 31 % fewer epochs
 
 Scaling = Mapping[str, Mapping[int, Mapping[int, float]]]
+SpeedModelKind = Literal["table", "eq2-defaults", "eq2"]
+
+
+@dataclass(frozen=True)
+class SpeedModel:
+    """Which placement-speed model a :class:`TraceJobModel` uses.
+
+    ``kind``: ``"table"`` (a ``model_info.json`` scaling table), ``"eq2-defaults"`` (no table:
+    Eq. 2 with ``INTRA_NODE_COMM`` / ``INTER_NODE_COMM`` for every job) or ``"eq2"`` (no table,
+    other communication costs). ``path``: the table's file, absolute; None without a file.
+    """
+
+    kind: SpeedModelKind
+    path: str | None = None
+
+    def describe(self) -> str:
+        """One line for people: the table's path, or Eq. 2 and its costs."""
+        if self.kind == "table":
+            return f"model_info table {self.path or '(given in memory)'}"
+        if self.kind == "eq2-defaults":
+            return f"UniSched Eq. 2 defaults (T1 = {INTRA_NODE_COMM}, T2 = {INTER_NODE_COMM})"
+        return "UniSched Eq. 2 with custom communication costs"
+
+    def to_json(self) -> dict[str, str | None]:
+        """``{"kind": ..., "path": ...}`` for JSON reports."""
+        return {"kind": self.kind, "path": self.path}
 
 
 class UnknownModel(ValueError):
@@ -167,6 +195,7 @@ class TraceJobModel:
     ``scaling``: model -> GPU count -> nodes -> relative speed (:func:`load_model_info`), or
     None to use ``intra_node_comm`` / ``inter_node_comm`` for every job. A job whose model the
     table lacks raises :class:`UnknownModel` unless ``default_model`` (a table model) is given.
+    ``speed_model`` says which of these it uses (:class:`SpeedModel`).
     """
 
     def __init__(
@@ -215,6 +244,7 @@ class TraceJobModel:
             )
         self.stop_fraction_range = (lo, hi)
         self.seed = seed
+        self._table_path: str | None = None  # set by from_model_info
         self._t2_cache: dict[tuple[str | None, int], dict[int, float]] = {}
         self._speed_cache: dict[tuple[str | None, int, int, int], float] = {}
 
@@ -227,11 +257,23 @@ class TraceJobModel:
         using the built-in ones."""
         if history is not None:
             kwargs["curves"] = fit_curve_shapes(history)
-        return cls(load_model_info(path), **kwargs)
+        model = cls(load_model_info(path), **kwargs)
+        model._table_path = str(Path(path).resolve())
+        return model
 
     @property
     def models(self) -> tuple[str, ...]:
         return () if self._table is None else tuple(sorted(self._table))
+
+    @property
+    def speed_model(self) -> SpeedModel:
+        """Which speed model this job model uses (:class:`SpeedModel`)."""
+        if self._table is not None:
+            return SpeedModel("table", self._table_path)
+        defaults = (INTRA_NODE_COMM, INTER_NODE_COMM)
+        if (self.intra_node_comm, self.inter_node_comm) == defaults:
+            return SpeedModel("eq2-defaults")
+        return SpeedModel("eq2")
 
     # --- speed ----------------------------------------------------------------------------------
 

@@ -832,7 +832,7 @@ def run_train(args: argparse.Namespace) -> int:
     import torch
 
     from controller.policy.mlfs.rl.network import save_model
-    from simulator.cli import job_model, load_workload, parse_cluster
+    from simulator.cli import job_model, load_workload, parse_cluster, warn_missing_table
     from simulator.jobmodel import UnknownModel
     from simulator.trace import TraceError
 
@@ -880,8 +880,10 @@ def run_train(args: argparse.Namespace) -> int:
     except (TraceError, UnknownModel, ValueError, OSError) as exc:
         print(f"{name}: {exc}", file=sys.stderr)
         return 2
+    warn_missing_table(workload, model, name)
     torch.set_num_threads(1)  # reproducible sums, and no thread pool fighting for 2 cores
     log = (lambda _: None) if args.quiet else (lambda text: print(text, flush=True))
+    log(f"speed model: {model.speed_model.describe()}")
     result = train(jobs, model, shape, config, log=log)
     history = [asdict(h) for h in result.history]
     meta = {
@@ -892,6 +894,7 @@ def run_train(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "workload_seed": args.workload_seed,
         "mlfs_features": not args.no_mlfs_features,
+        "speed_model": model.speed_model.kind,
         "config": {k: v for k, v in asdict(config).items() if k != "betas"},
         "betas": list(config.betas),
         "best_epoch": result.best_epoch,

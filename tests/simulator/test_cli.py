@@ -42,6 +42,8 @@ MODEL_INFO = {
     "vgg16": {"4": {"1": 1.0, "2": 0.6}, "8": {"1": 1.0, "2": 0.5}, "16": {"2": 0.4}},
 }
 
+EQ2_DEFAULTS = "UniSched Eq. 2 defaults (T1 = 0.075, T2 = 0.12)"
+
 POLICIES = ("fifo", "srtf", "tiresias", "edf", "themis")
 METRIC_KEYS = {
     "r_slo",
@@ -112,6 +114,8 @@ def test_simulate_every_policy_writes_json_png_and_a_table(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
     metrics = json.loads(out_json.read_text())
+    table = str((tmp_path / "data" / "model_info.json").resolve())
+    assert metrics.pop("speed_model") == {"kind": "table", "path": table}
     assert list(metrics) == list(POLICIES)  # one object per policy, in the order asked
     for policy, m in metrics.items():
         assert set(m) >= METRIC_KEYS, f"{policy}: missing {METRIC_KEYS - set(m)}"
@@ -131,7 +135,8 @@ def test_simulate_every_policy_writes_json_png_and_a_table(tmp_path):
 
     lines = proc.stdout.splitlines()
     assert lines[0] == "8 jobs on 2x8 GPUs"
-    assert lines[1].split() == ["metric", *POLICIES]  # the side-by-side table's header
+    assert lines[1] == f"speed model: model_info table {table}"
+    assert lines[2].split() == ["metric", *POLICIES]  # the side-by-side table's header
     assert any(line.startswith("R^slo (%)") for line in lines)
     assert any(
         line.startswith("Jobs completed") and line.split()[2:] == ["8"] * 5 for line in lines
@@ -252,16 +257,97 @@ def test_generic_csv_with_columns_runs(tmp_path, capsys):
         "--quiet",
     )
     assert code == 0, err
+    assert err == ""  # generic traces use a table only when given one: no warning
     assert out.splitlines()[0] == "3 jobs on 1x8 GPUs"
-    assert out.splitlines()[1].split() == ["metric", "fifo", "edf"]
+    assert out.splitlines()[1] == f"speed model: {EQ2_DEFAULTS}"
+    assert out.splitlines()[2].split() == ["metric", "fifo", "edf"]
     metrics = json.loads(out_json.read_text())
+    assert metrics.pop("speed_model") == {"kind": "eq2-defaults", "path": None}
     for m in metrics.values():
         assert (m["jobs_total"], m["jobs_completed"]) == (3, 3)
         assert [m["jct_s"][c]["count"] for c in CLASSES] == [3, 1, 1, 1]
         assert m["slo_jobs"] == 2
 
 
-# --- (c) a smoke run on the shared Chronus MIX2 trace, when it is there -----------------------
+# --- (c) which speed model ran: the table's path or Eq. 2 defaults, and a warning ------------
+
+# One best-effort vgg16 job on 16 GPUs, 10 min at 16 GPUs on one node; on 2x8 it spans both
+# nodes from t = 0 (a first launch costs nothing), so its JCT and the makespan are 600 s / speed.
+# With the table: speed 0.4 -> 1500 s. Eq. 2 defaults (T1 = 0.075, T2 = 0.12):
+# speed = (1 + 15 * 0.075) / (1 + 15 * 0.12) = 2.125 / 2.8 -> 600 * 2.8 / 2.125 = 790.588 s.
+WIDE_JOB = ("0,u1,16,0,2000,vgg16,10,5,0,0,1,best",)
+WIDE_TABLE = {"vgg16": {"16": {"2": 0.4}}}
+
+
+def simulate_wide(capsys, trace: Path, out_json: Path, *extra: str | Path) -> tuple[str, str]:
+    """FIFO over ``trace`` on 2x8, JSON to ``out_json``: (stdout, stderr); exit status 0."""
+    args = ("--trace", trace, "--cluster", "2x8", "--quiet", "--json", out_json, *extra)
+    code, out, err = simulate(capsys, *args)
+    assert code == 0, err
+    return out, err
+
+
+def test_json_and_header_name_the_table_beside_the_trace(tmp_path, capsys):
+    trace = write_trace(tmp_path / "data", WIDE_JOB, model_info=False)
+    table = trace.with_name("model_info.json")
+    table.write_text(json.dumps(WIDE_TABLE))
+    out, err = simulate_wide(capsys, trace, tmp_path / "out.json")
+    assert err == ""  # no warning
+    assert out.splitlines()[1] == f"speed model: model_info table {table.resolve()}"
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["speed_model"] == {"kind": "table", "path": str(table.resolve())}
+    assert report["fifo"]["makespan_s"] == pytest.approx(1500.0)
+
+
+def test_philly_trace_without_a_table_warns_and_runs_eq2_defaults(tmp_path, capsys):
+    trace = write_trace(tmp_path / "data", WIDE_JOB, model_info=False)
+    expected = (tmp_path / "data" / "model_info.json").resolve()
+    out, err = simulate_wide(capsys, trace, tmp_path / "out.json")
+    assert err == (
+        f"mlsched simulate: warning: no model_info table for this Philly trace ({expected} "
+        f"does not exist): job speeds use {EQ2_DEFAULTS}; put the trace's model_info.json "
+        "there or pass --model-info PATH\n"
+    )
+    assert out.splitlines()[1] == f"speed model: {EQ2_DEFAULTS}"
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["speed_model"] == {"kind": "eq2-defaults", "path": None}
+    assert report["fifo"]["makespan_s"] == pytest.approx(600 * 2.8 / 2.125)
+
+
+def test_explicit_model_info_is_named_and_wins_over_the_file_beside(tmp_path, capsys):
+    trace = write_trace(tmp_path / "data", WIDE_JOB, model_info=False)
+    trace.with_name("model_info.json").write_text(json.dumps({"vgg16": {"16": {"2": 0.8}}}))
+    table = tmp_path / "tables" / "speeds.json"
+    table.parent.mkdir()
+    table.write_text(json.dumps(WIDE_TABLE))
+    out, err = simulate_wide(capsys, trace, tmp_path / "out.json", "--model-info", table)
+    assert err == ""
+    assert out.splitlines()[1] == f"speed model: model_info table {table.resolve()}"
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["speed_model"] == {"kind": "table", "path": str(table.resolve())}
+    assert report["fifo"]["makespan_s"] == pytest.approx(1500.0)  # 0.4, not 0.8 beside
+
+
+@pytest.mark.parametrize("beside", [True, False])
+def test_a_missing_model_info_path_is_an_error(tmp_path, capsys, beside):
+    # Even with a table beside the trace, a --model-info that is not there is not ignored.
+    trace = write_trace(tmp_path / "data", WIDE_JOB, model_info=beside)
+    missing = tmp_path / "nowhere" / "model_info.json"
+    code, out, err = simulate(capsys, "--trace", trace, "--model-info", missing, "--quiet")
+    assert code == 2
+    assert err == f"mlsched simulate: --model-info {missing}: no such file\n"
+    assert out == ""
+
+
+def test_a_directory_as_model_info_is_an_error(tmp_path, capsys):
+    trace = write_trace(tmp_path / "data", WIDE_JOB, model_info=False)
+    code, out, err = simulate(capsys, "--trace", trace, "--model-info", tmp_path, "--quiet")
+    assert code == 2
+    assert err == f"mlsched simulate: --model-info {tmp_path}: not a file\n"
+    assert out == ""
+
+
+# --- (d) a smoke run on the shared Chronus MIX2 trace, when it is there -----------------------
 
 
 def shared_trace() -> Path:
@@ -293,8 +379,10 @@ def test_smoke_on_the_shared_mix2_trace(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[1].split() == ["metric", "fifo", "edf"]
+    assert proc.stdout.splitlines()[2].split() == ["metric", "fifo", "edf"]
     metrics = json.loads(out_json.read_text())
+    table = str(trace.with_name("model_info.json"))
+    assert metrics.pop("speed_model") == {"kind": "table", "path": table}
     assert list(metrics) == ["fifo", "edf"]
     for m in metrics.values():
         assert m["jobs_total"] == 500
@@ -320,6 +408,7 @@ def test_unisched_and_its_ablations_complete_every_job(tmp_path, capsys):
     )
     assert code == 0, err
     metrics = json.loads(out_json.read_text())
+    assert metrics.pop("speed_model")["kind"] == "table"
     assert list(metrics) == ["unisched", "unisched-no-sr", "unisched-no-iter", "unisched-roundup"]
     assert all(m["jobs_completed"] == m["jobs_total"] == 8 for m in metrics.values())
 
@@ -343,9 +432,10 @@ def test_mlf_h_with_mlfs_features_end_to_end(tmp_path, capsys):
     args += ["--mlfs-features", "--check-invariants", "--quiet", "--seed", "3"]
     code, out, err = simulate(capsys, *args, "--json", tmp_path / "a.json")
     assert code == 0, err
-    assert out.splitlines()[1].split() == ["metric", "fifo", "mlf-h"]
+    assert out.splitlines()[2].split() == ["metric", "fifo", "mlf-h"]
     assert any(line.startswith("Accuracy guarantee (%)") for line in out.splitlines())
     metrics = json.loads((tmp_path / "a.json").read_text())
+    assert metrics.pop("speed_model")["kind"] == "table"
     for policy, m in metrics.items():
         assert set(m) >= METRIC_KEYS | MLFS_KEYS, policy
         assert m["jobs_completed"] == m["jobs_total"] == 8, policy
@@ -355,6 +445,7 @@ def test_mlf_h_with_mlfs_features_end_to_end(tmp_path, capsys):
     code, _, err = simulate(capsys, *args, "--json", tmp_path / "b.json")
     assert code == 0, err
     again = json.loads((tmp_path / "b.json").read_text())
+    assert again.pop("speed_model")["kind"] == "table"
     for m in (*metrics.values(), *again.values()):
         del m["wall_s"], m["decision_time_s"]
     assert again == metrics

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from simulator.curves import DEFAULT_CURVES, CurveParams, fit_curve, fit_curve_shapes
-from simulator.jobmodel import TraceJobModel, UnknownModel, load_model_info
+from simulator.jobmodel import SpeedModel, TraceJobModel, UnknownModel, load_model_info
 from simulator.trace import TraceError
 from simulator.types import JobModel, TraceJob
 
@@ -146,6 +146,24 @@ def test_eq2_without_a_table():
     assert model.speed(job(1, ""), 1, 1) == 1.0
     defaults = TraceJobModel()
     assert (defaults.intra_node_comm, defaults.inter_node_comm) == (0.075, 0.12)
+
+
+def test_speed_model_names_the_table_or_eq2(model_info, tmp_path, monkeypatch):
+    # A relative path is reported absolute: the table's file as the run read it.
+    monkeypatch.chdir(tmp_path)
+    table = TraceJobModel.from_model_info("model_info.json").speed_model
+    assert table == SpeedModel("table", str(model_info.resolve()))
+    assert table.describe() == f"model_info table {model_info.resolve()}"
+    assert table.to_json() == {"kind": "table", "path": str(model_info.resolve())}
+    in_memory = TraceJobModel(TABLE).speed_model
+    assert in_memory == SpeedModel("table", None)
+    assert in_memory.describe() == "model_info table (given in memory)"
+    defaults = TraceJobModel().speed_model
+    assert defaults == SpeedModel("eq2-defaults", None)
+    assert defaults.describe() == "UniSched Eq. 2 defaults (T1 = 0.075, T2 = 0.12)"
+    assert defaults.to_json() == {"kind": "eq2-defaults", "path": None}
+    # Other communication costs are not the defaults.
+    assert TraceJobModel(inter_node_comm=0.5).speed_model == SpeedModel("eq2", None)
 
 
 def test_negative_t2_is_clamped(model_info):

@@ -62,6 +62,17 @@ def test_json_round_trip(tmp_path, results):
     assert list(json.loads(path.read_text())) == ["fifo", "unisched"]
 
 
+def test_json_leads_with_the_speed_model(tmp_path, results):
+    metrics = {name: compute_metrics(r) for name, r in results.items()}
+    speed = {"kind": "table", "path": "/data/model_info.json"}
+    path = write_json(metrics, tmp_path / "metrics.json", speed_model=speed)
+    written = json.loads(path.read_text())
+    assert list(written) == ["speed_model", "fifo", "unisched"]
+    assert written == {"speed_model": speed, **metrics}
+    with pytest.raises(ValueError, match="speed_model"):
+        write_json({"speed_model": {}}, tmp_path / "clash.json", speed_model=speed)
+
+
 def test_table_has_every_policy_and_metric_row(results):
     table = format_table({name: compute_metrics(r) for name, r in results.items()})
     lines = table.splitlines()

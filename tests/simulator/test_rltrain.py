@@ -171,6 +171,7 @@ def test_tiny_training_run_writes_a_loadable_model(trace: Path, tmp_path: Path) 
     assert main([*args, "--history", str(tmp_path / "h.json")]) == 0
     net, meta = load_model(out)
     assert meta["seed"] == 5 and meta["cluster"] == "2x4"
+    assert meta["speed_model"] == "table"  # model_info.json beside the trace
     assert [h["epoch"] for h in meta["history"]] == [0, 1]
     assert meta["teacher_agreement"] == 1.0, "the replayed cycle equals MLF-H's decision"
     assert json.loads((tmp_path / "h.json").read_text())["history"] == meta["history"]
@@ -183,6 +184,34 @@ def test_tiny_training_run_writes_a_loadable_model(trace: Path, tmp_path: Path) 
     twin, _ = load_model(again)
     for (name, a), (_, b) in zip(net.state_dict().items(), twin.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
+
+
+def test_training_without_a_table_warns_and_records_eq2(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from controller.policy.mlfs.rl.network import load_model
+
+    expected = trace.with_name("model_info.json")
+    expected.unlink()
+    out = tmp_path / "model.pt"
+    assert main(["mlfs-train", "--trace", str(trace), "--out", str(out), *TINY]) == 0
+    assert capsys.readouterr().err == (
+        f"mlsched mlfs-train: warning: no model_info table for this Philly trace "
+        f"({expected.resolve()} does not exist): job speeds use UniSched Eq. 2 defaults "
+        "(T1 = 0.075, T2 = 0.12); put the trace's model_info.json there or pass "
+        "--model-info PATH\n"
+    )
+    assert load_model(out)[1]["speed_model"] == "eq2-defaults"
+
+
+def test_a_missing_model_info_path_is_an_error(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, missing = tmp_path / "m.pt", tmp_path / "none.json"
+    args = ["mlfs-train", "--trace", str(trace), "--out", str(out), "--model-info", str(missing)]
+    assert main(args) == 2
+    assert capsys.readouterr().err == f"mlsched mlfs-train: --model-info {missing}: no such file\n"
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(
