@@ -36,10 +36,11 @@ class _Exits:
 
 
 class _Hangs:
-    """Unpickled in the worker, it keeps the worker busy for a minute (a hang)."""
+    """Unpickled in the worker, it keeps the worker busy for an hour (a hang: longer than any
+    test may run, so a call that waited for it would never return)."""
 
     def __reduce__(self) -> tuple[object, tuple[float]]:
-        return (time.sleep, (60.0,))
+        return (time.sleep, (3600.0,))
 
 
 @pytest.fixture
@@ -70,9 +71,8 @@ def test_a_worker_that_dies_mid_request_costs_that_call_only(worker, caplog):
 
 
 def test_a_worker_that_hangs_is_killed_after_the_limit_and_grace(worker, caplog):
-    started = time.monotonic()
+    # Returning at all is the proof: the request sleeps for longer than the test may run.
     assert worker.solve(_Hangs(), time_limit_s=0.5) is None  # type: ignore[arg-type]
-    assert time.monotonic() - started < 30.0  # not the minute the request sleeps
     assert worker.failures == 1
     assert "no answer" in caplog.text
     assert worker.solve(PROBLEM) is not None
