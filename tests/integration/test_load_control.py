@@ -33,6 +33,10 @@ TIMING = ClusterTiming(
     suspend_grace_s=15.0,
 )
 BUDGET = 20_000  # iterations: minutes of training here, far more than the tests wait
+# (b)'s budget is OptStop's horizon (it predicts the accuracy at the budget), so it stays a
+# realistic 20,000; (a) needs no prediction, and its budget is one no machine reaches, so
+# MLF-C's stop is the only way that job ends however fast it trains.
+OUT_OF_REACH = 10**9
 EVAL = ("--eval-every", "20")  # an accuracy point every 20 steps for the history
 
 
@@ -56,7 +60,7 @@ def test_required_accuracy_stops_a_performance_job(make_cluster, example_spec, w
             "needs-80",
             "mlp_classifier.py",
             1,
-            TargetMetricStop("accuracy", 0.999, MetricGoal.MAXIMIZE, BUDGET),
+            TargetMetricStop("accuracy", 0.999, MetricGoal.MAXIMIZE, OUT_OF_REACH),
             *EVAL,
         ),
         mlfs=MlfsSpec(stop_option=StopOption.REQUIRED, required_accuracy=0.8),
@@ -70,7 +74,6 @@ def test_required_accuracy_stops_a_performance_job(make_cluster, example_spec, w
         "reached its stopping criterion: StopNow: MLF-C: required accuracy 0.8 reached ("
     ), done.message
     assert 0.8 <= done.metrics["accuracy"] < 0.999
-    assert done.iteration < BUDGET
     rank0 = next(t for t in tasks if t.rank == 0)
     assert "trainer: StopNow: MLF-C: required accuracy 0.8 reached" in rank0.message
     assert stop_events(cluster, job.id)[0].startswith("MLF-C: required accuracy 0.8 reached (")
@@ -93,10 +96,9 @@ def test_overload_switches_option_i_to_opt_stop(make_cluster, example_spec, wait
         "reached its stopping criterion: StopNow: MLF-C: OptStop under overload (switched from "
         "(i) iterations): accuracy predicted best "
     ), done.message
-    # Where the plateau is judged reached depends on which evaluations the controller has seen
-    # (at most 2 history points a second, so on the machine's speed): 1.1k-5.9k iterations in
-    # 8 runs, two of them on a loaded machine. Half the budget leaves room for a slower one.
-    assert done.iteration < BUDGET // 2, done.iteration
+    # No bound on where: the plateau is judged on the evaluations the controller has seen (at
+    # most 2 history points a second), so the iteration depends on the machine's speed
+    # (1.1k-5.9k iterations in 8 runs). The reason above says OptStop ended it, not the budget.
     assert done.metrics["accuracy"] > 0.9  # stopped on the plateau, not on the way up
     assert after.state is JobState.COMPLETED  # the queued job ran on the freed GPU
     (reason,) = stop_events(cluster, job.id)

@@ -10,7 +10,8 @@ node-a's CPU over h_r before its memory, and on a CPU overload the Euclidean rul
 the CPU-heaviest task, ``grower``. Two training jobs run on node-a:
 
 - ``mover`` holds a 1.3 GB ballast from its start and trains slowly (CPU nearly idle), at full
-  speed once resumed;
+  speed once resumed; on node-a it stops one step short of its budget and waits there, so it
+  ends only by moving, however long the steps before the migration take;
 - ``grower`` starts small; when the test creates the ``go`` file it allocates 0.9 GB, which
   takes node-a's memory above h_r = 90% (about 3.0 of 2.6 GB).
 
@@ -57,6 +58,9 @@ p.add_argument("--go-file", default="", help="allocate the ballast once this fil
 p.add_argument("--step-s", type=float, default=0.1)
 p.add_argument("--resumed-step-s", type=float, default=None, help="pace once resumed")
 p.add_argument("--checkpoint-every", type=int, default=0)
+p.add_argument(
+    "--hold-at", type=int, default=0, help="unless resumed, train no further than this step"
+)
 args = p.parse_args()
 ballast = None
 
@@ -70,6 +74,11 @@ with trainer_shim.init() as job:
         if ballast is None and (not args.go_file or os.path.exists(args.go_file)):
             ballast = bytearray(b"\x01") * (args.ballast_mb << 20)  # resident: every page written
         time.sleep(pace)
+        if args.hold_at and not job.restored and step >= args.hold_at:
+            if job.should_suspend():  # held: only a suspension ends this attempt
+                job.save_checkpoint(step, model, optimizer=optimizer)
+                break
+            continue
         loss = model(torch.randn(8, 4)).pow(2).mean()
         optimizer.zero_grad()
         loss.backward()
@@ -131,6 +140,8 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
                 "0.005",
                 "--checkpoint-every",
                 "5",
+                "--hold-at",
+                str(MOVER_STEPS - 1),
             )
         )
         grower = client.submit(
