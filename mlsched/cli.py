@@ -141,11 +141,14 @@ def cmd_events(client: Any, args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from mlsched.demo import run_demo
 
-    return run_demo(json_output=args.json, keep=args.keep, lease_s=args.lease_seconds)
+    return run_demo(
+        json_output=args.json, keep=args.keep, lease_s=args.lease_seconds, policy=args.policy
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     from controller.cli import add_controller_command
+    from mlsched import __version__
     from nodeagent.cli import add_agent_command
     from simulator.cli import add_simulate_command
     from simulator.rltrain import add_train_command
@@ -153,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mlsched", description="Scheduler for deep-learning training jobs on GPU clusters."
     )
+    parser.add_argument("--version", action="version", version=f"mlsched {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_controller_command(sub)
     add_agent_command(sub)
@@ -215,6 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--lease-seconds", type=float, default=10.0, help="lease length [%(default)s]")
+    p.add_argument(
+        "--policy",
+        choices=("fifo-lease", "unisched"),
+        default="fifo-lease",
+        help="fifo-lease: suspension, resumption on the other node, a job spanning both; "
+        "unisched (the controller's default): profiling, estimates, the MILP's allocation "
+        "[%(default)s]",
+    )
     p.set_defaults(func=cmd_demo)
     return parser
 

@@ -1,11 +1,22 @@
 """``mlsched demo``: a controller and two agents on this machine running the example jobs.
 
-The scenario (FIFO with leases, 2 nodes x 2 GPUs): two 2-GPU jobs fill both nodes and a 1-GPU
-job waits. At the first lease boundary the longest-running job yields (checkpoint, exit) and
-the waiting job starts; at the next boundary the other 2-GPU job yields and the suspended one
-resumes from its checkpoint on the other node. Once a job has resumed on a different node, a
-3-GPU DDP job arrives that can only run spanning both nodes. The demo ends when every job has
-finished, with a summary per job.
+The demo is a story told by events, never by the clock: every job runs until the demo asks it
+to finish (``mlsched stop``: a final checkpoint, then COMPLETED), and the demo does so only once
+the story's checks hold. A machine of any speed therefore tells the same story; a fast one
+only trains more steps per job. Each scenario (:data:`SCENARIOS`) is:
+
+``fifo-lease`` (the default; 2 nodes x 2 GPUs): two 2-GPU jobs fill both nodes and a 1-GPU job
+waits. At a lease boundary the longest-running job yields (checkpoint, exit) and the waiting
+job starts; at a later one another job yields and the suspended one resumes from its checkpoint
+on the other node. Then a 3-GPU DDP job arrives that can only run spanning both nodes.
+
+``unisched`` (the controller's default policy; 2 nodes x 4 GPUs): every job first runs as a
+profiler on at most 2 GPUs for one lease; the estimator then predicts its iterations and
+iteration time (``mlsched describe``), and the Selector chooses each job's allocation. The 4-GPU
+job, profiled on 2, is relaunched at full size on the node the 2-GPU SLO job leaves free, so the
+story cannot stall on where the profilers happened to run. With room for every job the Selector
+takes the MILP's optimum without calling the solver (docs/unisched.md); ``mlsched simulate
+--policy unisched`` shows the solver at work on contended traces.
 """
 
 from __future__ import annotations
@@ -15,48 +26,66 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+
+import grpc
 
 from mlsched import render
 from mlsched.client import Client
 from mlsched.localcluster import ClusterTiming, LocalCluster
-from mlsched.model import IterationStop, Job, JobSpec, MetricGoal, TargetMetricStop, Task
+from mlsched.model import Deadline, IterationStop, Job, JobClass, JobSpec, JobState, Task
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NODES = ("node-a", "node-b")
 DEMO_TIMEOUT_S = 170.0
+# The demo's jobs run until it stops them: a budget no example reaches within the demo, and the
+# estimator's iteration count for the UniSched scenario.
+UNTIL_STOPPED = 10_000_000
+POLL_S = 0.5  # how often the demo reads the jobs' state (it waits for states, not for time)
+
+JobList = list[tuple[Job, list[Task]]]
+Check = Callable[[JobList], bool]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Jobs to submit, a condition for the late jobs, and checks that end the story."""
+
+    policy: str
+    gpus_per_node: int
+    first: tuple[JobSpec, ...]
+    late: tuple[JobSpec, ...] = ()
+    late_when: Check = lambda jobs: True
+    checks: dict[str, Check] = field(default_factory=dict)
+    story: str = ""
 
 
 def _spec(
-    name: str, script: str, gpus: int, stopping: Any, gpus_per_process: int = 1, seed: int = 0
+    name: str,
+    script: str,
+    gpus: int,
+    gpus_per_process: int = 1,
+    seed: int = 0,
+    job_class: JobClass = JobClass.BEST_EFFORT,
+    deadlines: tuple[Deadline, ...] = (),
 ) -> JobSpec:
     return JobSpec(
         name=name,
         command=(sys.executable, str(EXAMPLES / script), "--seed", str(seed)),
         gpus=gpus,
         gpus_per_process=gpus_per_process,
-        stopping=stopping,
+        stopping=IterationStop(UNTIL_STOPPED),
         working_dir=str(EXAMPLES),
         env=(("OMP_NUM_THREADS", "1"),),  # both agents share this machine's cores
+        job_class=job_class,
+        deadlines=deadlines,
     )
 
 
-def demo_jobs() -> tuple[list[JobSpec], JobSpec]:
-    """The jobs submitted at the start, and the late spanning job."""
-    first = [
-        _spec("ddp-blobs", "ddp_classifier.py", 2, IterationStop(1000), seed=1),
-        _spec("mlp-2gpu", "mlp_classifier.py", 2, IterationStop(1500), gpus_per_process=2, seed=2),
-        _spec("mlp-1gpu", "mlp_classifier.py", 1, IterationStop(1800), seed=3),
-    ]
-    late = _spec(
-        "ddp-span",
-        "ddp_classifier.py",
-        3,
-        TargetMetricStop("accuracy", 0.95, MetricGoal.MAXIMIZE, 1000),
-        seed=4,
-    )
-    return first, late
+# --- what the checks look at ----------------------------------------------------------------
 
 
 def resumed_elsewhere(job: Job) -> bool:
@@ -70,7 +99,119 @@ def exact_resume(job: Job) -> bool:
     )
 
 
-def run_demo(json_output: bool = False, keep: bool = False, lease_s: float = 10.0) -> int:
+def _exact_resume_elsewhere(job: Job) -> bool:
+    return any(
+        r.resumed_at
+        and set(r.to_nodes) - set(r.from_nodes)
+        and r.restored_step is not None
+        and r.restored_step == r.checkpoint_step > 0
+        for r in job.resumes
+    )
+
+
+def _running_on(tasks: list[Task]) -> set[str]:
+    return {t.node_id for t in tasks if t.state.value == "RUNNING"}
+
+
+def _spans(job: Job, tasks: list[Task]) -> bool:
+    """Running on both nodes and trained at least one (synchronised DDP) step there."""
+    return job.state is JobState.RUNNING and len(_running_on(tasks)) > 1 and job.iteration > 0
+
+
+def _named(jobs: JobList, name: str) -> list[tuple[Job, list[Task]]]:
+    return [(j, t) for j, t in jobs if j.spec.name == name]
+
+
+# --- the scenarios ----------------------------------------------------------------------------
+
+
+def _fifo_lease() -> Scenario:
+    return Scenario(
+        policy="fifo-lease",
+        gpus_per_node=2,
+        first=(
+            _spec("ddp-blobs", "ddp_classifier.py", 2, seed=1),
+            _spec("mlp-2gpu", "mlp_classifier.py", 2, gpus_per_process=2, seed=2),
+            _spec("mlp-1gpu", "mlp_classifier.py", 1, seed=3),
+        ),
+        late=(_spec("ddp-span", "ddp_classifier.py", 3, seed=4),),
+        late_when=lambda jobs: any(_exact_resume_elsewhere(j) for j, _ in jobs),
+        checks={
+            "exact_resume": lambda jobs: any(exact_resume(j) for j, _ in jobs),
+            "resumed_on_other_node": lambda jobs: any(resumed_elsewhere(j) for j, _ in jobs),
+            "spanned_both_nodes": lambda jobs: any(
+                _spans(j, t) for j, t in _named(jobs, "ddp-span")
+            ),
+        },
+        story="a job yields at a lease boundary and resumes exactly on the other node; "
+        "then a 3-GPU job spans both nodes",
+    )
+
+
+def _profiled(job: Job) -> bool:
+    """UniSched §III-B: the job has a measured speed on at most 2 GPUs."""
+    return any(s.gpus <= 2 for s in job.speed_samples)
+
+
+def _estimated(job: Job) -> bool:
+    est = job.estimate
+    return est is not None and est.iterations > 0 and est.iteration_time_s > 0
+
+
+def _full_size_after_profiling(job: Job, tasks: list[Task]) -> bool:
+    running = [t for t in tasks if t.state.value == "RUNNING"]
+    held = sum(len(t.gpu_indices) for t in running)
+    return (
+        job.spec.gpus > 2
+        and job.state is JobState.RUNNING
+        and held == job.spec.gpus
+        and _profiled(job)
+        and bool(job.estimate and job.estimate.allocation)
+    )
+
+
+def _unisched() -> Scenario:
+    hour = 3600.0
+    return Scenario(
+        policy="unisched",
+        gpus_per_node=4,
+        first=(
+            _spec("ddp-4gpu", "ddp_classifier.py", 4, seed=1),
+            _spec(
+                "slo-2gpu",
+                "mlp_classifier.py",
+                2,
+                gpus_per_process=2,
+                seed=2,
+                job_class=JobClass.STRICT_SLO,
+                deadlines=(Deadline(2 * hour, 100.0),),
+            ),
+        ),
+        checks={
+            "every_job_profiled": lambda jobs: all(_profiled(j) for j, _ in jobs),
+            "every_job_estimated": lambda jobs: all(_estimated(j) for j, _ in jobs),
+            "selector_ran_profiled_job_at_full_size": lambda jobs: any(
+                _full_size_after_profiling(j, t) for j, t in jobs
+            ),
+        },
+        story="each job is profiled on at most 2 GPUs, then estimated (mlsched describe) and "
+        "placed by the Selector; the 4-GPU job runs at full size after its 2-GPU profile",
+    )
+
+
+SCENARIOS: dict[str, Callable[[], Scenario]] = {"fifo-lease": _fifo_lease, "unisched": _unisched}
+
+
+# --- running a scenario -----------------------------------------------------------------------
+
+
+def run_demo(
+    json_output: bool = False,
+    keep: bool = False,
+    lease_s: float = 10.0,
+    policy: str = "fifo-lease",
+    timeout_s: float = DEMO_TIMEOUT_S,
+) -> int:
     if not (EXAMPLES / "mlp_classifier.py").exists():
         print(
             f"mlsched demo: the example scripts are missing under {EXAMPLES}; run the demo "
@@ -78,115 +219,158 @@ def run_demo(json_output: bool = False, keep: bool = False, lease_s: float = 10.
             file=sys.stderr,
         )
         return 2
+    scenario = SCENARIOS[policy]()
     out = sys.stderr if json_output else sys.stdout
     root = Path(tempfile.mkdtemp(prefix="mlsched-demo-"))
-    cluster = LocalCluster(root, ClusterTiming(lease_s=lease_s))
+    cluster = LocalCluster(root, ClusterTiming(lease_s=lease_s), policy=scenario.policy)
     started = time.monotonic()
     try:
         cluster.start_controller()
         for node_id in NODES:
-            cluster.start_agent(node_id, gpus=2)
+            cluster.start_agent(node_id, gpus=scenario.gpus_per_node)
         cluster.wait_for_nodes(set(NODES))
         print(
-            f"controller {cluster.address}, agents {', '.join(NODES)} (2 GPUs each), "
-            f"lease {lease_s:g} s, state in {root}",
+            f"controller {cluster.address} (policy {scenario.policy}), agents "
+            f"{', '.join(NODES)} ({scenario.gpus_per_node} GPUs each), lease {lease_s:g} s, "
+            f"state in {root}\nstory: {scenario.story}",
             file=out,
         )
         with cluster.client("demo") as client:
-            jobs = _drive(client, out, started)
+            driver = _Driver(client, scenario, out, started, started + timeout_s)
+            jobs = driver.run()
     finally:
         cluster.stop()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
-    return _report(jobs, time.monotonic() - started, json_output, out)
+    return _report(scenario, jobs, driver.seen, time.monotonic() - started, json_output, out)
 
 
-def _drive(client: Client, out: TextIO, started: float) -> list[tuple[Job, list[Task]]]:
-    first, late = demo_jobs()
-    for spec in first:
-        client.submit(spec)
-    late_submitted = False
-    previous = ""
-    while True:
-        jobs = client.list()
-        if not late_submitted and any(resumed_elsewhere(j) for j, _ in jobs):
-            client.submit(late)
-            late_submitted = True
-            continue
-        view = render.jobs_table(jobs)
-        if view != previous:
-            _show(out, view, time.monotonic() - started)
-            previous = view
-        if late_submitted and all(j.state.terminal for j, _ in jobs):
-            return jobs
-        if time.monotonic() - started > DEMO_TIMEOUT_S:
-            print("mlsched demo: timed out waiting for the jobs", file=out)
-            return jobs
-        time.sleep(1.0)  # a display refresh interval, not a wait for an event
+class _Driver:
+    """Submits the jobs and reacts to the controller's events until every job has ended."""
 
+    def __init__(
+        self, client: Client, scenario: Scenario, out: TextIO, started: float, deadline: float
+    ) -> None:
+        self.client = client
+        self.scenario = scenario
+        self.out = out
+        self.started = started
+        self.deadline = deadline
+        self.seen: dict[str, bool] = dict.fromkeys(scenario.checks, False)
+        self.late_submitted = not scenario.late
+        self.stopping = False
+        self.stop_asked: set[str] = set()
+        self.jobs: JobList = []
+        self._shown = ""
 
-def _show(out: TextIO, view: str, elapsed: float) -> None:
-    if out.isatty():
-        out.write("\x1b[2J\x1b[H")
-    out.write(f"--- t={elapsed:5.1f}s ---\n{view}\n")
-    out.flush()
+    def run(self) -> JobList:
+        for spec in self.scenario.first:
+            self.client.submit(spec)
+        while True:
+            self.jobs = self.client.list()
+            self._react()
+            if self.stopping and all(j.state.terminal for j, _ in self.jobs):
+                return self.jobs
+            if time.monotonic() > self.deadline:
+                print("mlsched demo: timed out waiting for the story's states", file=self.out)
+                return self.jobs
+            # Progress, estimates and placements are states, not events: read them again.
+            time.sleep(POLL_S)
+
+    def _react(self) -> None:
+        for name, check in self.scenario.checks.items():
+            self.seen[name] = self.seen[name] or check(self.jobs)
+        if not self.late_submitted and self.scenario.late_when(self.jobs):
+            for spec in self.scenario.late:
+                self.client.submit(spec)
+            self.late_submitted = True
+            self.jobs = self.client.list()
+        self._show()
+        if self.late_submitted and all(self.seen.values()):
+            if not self.stopping:
+                print("story complete: asking every job to finish (mlsched stop)", file=self.out)
+            self.stopping = True
+        if self.stopping:
+            self._stop_all()
+
+    def _stop_all(self) -> None:
+        for job, _ in self.jobs:
+            if job.state.terminal or job.id in self.stop_asked:
+                continue
+            try:
+                self.client.stop(job.id, "the demo's story is complete")
+                self.stop_asked.add(job.id)
+            except grpc.RpcError as exc:  # e.g. queued before its first checkpoint: later
+                if exc.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                    raise
+
+    def _show(self) -> None:
+        view = render.jobs_table(self.jobs)
+        if view == self._shown:
+            return
+        self._shown = view
+        if self.out.isatty():
+            self.out.write("\x1b[2J\x1b[H")
+        self.out.write(f"--- t={time.monotonic() - self.started:5.1f}s ---\n{view}\n")
+        self.out.flush()
 
 
 def _report(
-    jobs: list[tuple[Job, list[Task]]], elapsed: float, json_output: bool, out: TextIO
+    scenario: Scenario,
+    jobs: JobList,
+    seen: dict[str, bool],
+    elapsed: float,
+    json_output: bool,
+    out: TextIO,
 ) -> int:
-    all_completed = bool(jobs) and all(j.state.value == "COMPLETED" for j, _ in jobs)
     checks = {
-        "all_completed": all_completed,
-        "exact_resume": any(exact_resume(j) for j, _ in jobs),
-        "resumed_on_other_node": any(resumed_elsewhere(j) for j, _ in jobs),
-        "spanned_both_nodes": any(len({t.node_id for t in tasks}) > 1 for _, tasks in jobs),
+        "all_completed": bool(jobs) and all(j.state is JobState.COMPLETED for j, _ in jobs),
+        **seen,
     }
     if json_output:
         summary = {
+            "policy": scenario.policy,
             "elapsed_s": round(elapsed, 1),
             "checks": checks,
             "jobs": [render.job_dict(j, t) for j, t in jobs],
         }
         print(json.dumps(summary, indent=2, sort_keys=True))
-    rows = []
-    for job, _ in jobs:
-        acc = job.metrics.get("accuracy")
-        resumes = "; ".join(
-            f"step {r.checkpoint_step} {','.join(r.from_nodes)} -> "
-            f"{','.join(r.to_nodes) or '?'} @ {r.restored_step}"
-            for r in job.resumes
-        )
-        rows.append(
-            [
-                job.id,
-                job.spec.name,
-                job.state.value,
-                render.jct_s(job),
-                job.suspensions,
-                " -> ".join(job.node_history),
-                "" if acc is None else f"{acc:.3f}",
-                resumes or "-",
-            ]
-        )
     print("\nsummary", file=out)
-    print(
-        render.table(
-            [
-                "ID",
-                "NAME",
-                "STATE",
-                "JCT_S",
-                "SUSP",
-                "NODES",
-                "ACCURACY",
-                "RESUMES (ckpt from -> to @ restored)",
-            ],
-            rows,
-        ),
-        file=out,
-    )
+    print(render.table(_SUMMARY_COLUMNS, [_summary_row(job) for job, _ in jobs]), file=out)
     for name, ok in checks.items():
         print(f"  [{'x' if ok else ' '}] {name}", file=out)
     print(f"demo finished in {elapsed:.0f} s", file=out)
     return 0 if all(checks.values()) else 1
+
+
+_SUMMARY_COLUMNS = [
+    "ID",
+    "NAME",
+    "STATE",
+    "JCT_S",
+    "STEPS",
+    "SUSP",
+    "NODES",
+    "ACCURACY",
+    "RESUMES (ckpt from -> to @ restored)",
+]
+
+
+def _summary_row(job: Job) -> list[Any]:
+    acc = job.metrics.get("accuracy")
+    resumes = "; ".join(
+        f"step {r.checkpoint_step} {','.join(r.from_nodes)} -> "
+        f"{','.join(r.to_nodes) or '?'} @ {r.restored_step}"
+        for r in job.resumes
+    )
+    return [
+        job.id,
+        job.spec.name,
+        job.state.value,
+        render.jct_s(job),
+        job.iteration,
+        job.suspensions,
+        " -> ".join(job.node_history),
+        "" if acc is None else f"{acc:.3f}",
+        resumes or "-",
+    ]

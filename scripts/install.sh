@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
-# Creates .venv (if needed) and installs mlsched into it.
+# Creates .venv (if needed) and installs mlsched into it, through constraints.txt: the versions
+# the test suite has passed with (a fresh install must not pick up a release that breaks it).
 # Usage: scripts/install.sh [EXTRAS]   e.g. `dev` (tests, lint, simulator plots) or `sim`.
+#   MLSCHED_CONSTRAINTS=FILE   another constraints file; `none` installs the newest releases
+#                              (scripts/try_newest.sh does that in a scratch environment).
+#   MLSCHED_VENV=DIR           the environment to make [.venv]
 # torch==2.13.0 goes first: a looser pin would pull gigabytes of CUDA wheels.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-python3 -m venv .venv
-.venv/bin/python -m pip install --quiet torch==2.13.0
+venv="${MLSCHED_VENV:-.venv}"
+constraints="${MLSCHED_CONSTRAINTS:-$root/constraints.txt}"
+pin=()
+if [ "$constraints" != "none" ]; then
+    if [ ! -f "$constraints" ]; then
+        echo "install.sh: constraints file $constraints not found" >&2
+        exit 2
+    fi
+    pin=(-c "$constraints")
+fi
+python3 -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet "${pin[@]}" torch==2.13.0
 extras="${1:-}"
-.venv/bin/python -m pip install --quiet -e ".${extras:+[$extras]}"
+"$venv/bin/python" -m pip install --quiet "${pin[@]}" -e ".${extras:+[$extras]}"
