@@ -211,7 +211,10 @@ def run_demo(
     lease_s: float = 10.0,
     policy: str = "fifo-lease",
     timeout_s: float = DEMO_TIMEOUT_S,
+    scenario: Scenario | None = None,
 ) -> int:
+    """Run one scenario (``policy`` names it, or pass ``scenario`` itself); 0 when every
+    check held."""
     if not (EXAMPLES / "mlp_classifier.py").exists():
         print(
             f"mlsched demo: the example scripts are missing under {EXAMPLES}; run the demo "
@@ -219,7 +222,7 @@ def run_demo(
             file=sys.stderr,
         )
         return 2
-    scenario = SCENARIOS[policy]()
+    scenario = scenario or SCENARIOS[policy]()
     out = sys.stderr if json_output else sys.stdout
     root = Path(tempfile.mkdtemp(prefix="mlsched-demo-"))
     cluster = LocalCluster(root, ClusterTiming(lease_s=lease_s), policy=scenario.policy)

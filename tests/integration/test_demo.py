@@ -1,0 +1,59 @@
+"""``mlsched demo``: each scenario tells its whole story whatever the machine's speed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from mlsched.demo import SCENARIOS, Scenario, run_demo
+
+pytestmark = pytest.mark.integration
+
+# Examples several times faster than the shipped ones (narrow layers, small batches, frequent
+# checkpoints): a story that relied on jobs being slow would let them finish first.
+FASTER = ("--hidden", "8", "--batch-size", "8", "--eval-every", "20", "--checkpoint-every", "20")
+
+
+def faster(scenario: Scenario) -> Scenario:
+    def speed_up(specs):
+        return tuple(dataclasses.replace(s, command=(*s.command, *FASTER)) for s in specs)
+
+    return dataclasses.replace(
+        scenario, first=speed_up(scenario.first), late=speed_up(scenario.late)
+    )
+
+
+def run(capsys, **kwargs) -> tuple[int, dict]:
+    code = run_demo(json_output=True, **kwargs)
+    summary = json.loads(capsys.readouterr().out)
+    return code, summary
+
+
+def test_the_fifo_lease_demo_passes_every_check(capsys):
+    code, summary = run(capsys, policy="fifo-lease")
+    assert summary["checks"] == {
+        "all_completed": True,
+        "exact_resume": True,
+        "resumed_on_other_node": True,
+        "spanned_both_nodes": True,
+    }, summary
+    assert code == 0
+    assert [j["name"] for j in summary["jobs"]] == ["ddp-blobs", "mlp-2gpu", "mlp-1gpu", "ddp-span"]
+    assert all(j["state"] == "COMPLETED" for j in summary["jobs"])
+
+
+def test_the_story_holds_when_the_examples_are_much_faster(capsys):
+    code, summary = run(capsys, scenario=faster(SCENARIOS["fifo-lease"]()))
+    assert code == 0, summary["checks"]
+    assert all(summary["checks"].values())
+
+
+def test_the_unisched_demo_shows_profiling_estimates_and_a_full_size_relaunch(capsys):
+    code, summary = run(capsys, policy="unisched")
+    assert summary["policy"] == "unisched"
+    assert code == 0, summary["checks"]
+    big = next(j for j in summary["jobs"] if j["name"] == "ddp-4gpu")
+    assert any(s["gpus"] == 2 for s in big["speed_samples"])  # profiled on 2 of its 4 GPUs
+    assert big["estimate"]["iterations"] > 0 and big["estimate"]["allocation"]
