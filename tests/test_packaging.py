@@ -1,0 +1,121 @@
+"""What a fresh install relies on: pinned dependencies, package data, one default policy."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from controller.policy import available_policies
+from controller.policy.registry import DEFAULT_POLICY
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _name(requirement: str) -> str:
+    """The normalised distribution name of a PEP 508 requirement."""
+    name = re.match(r"[A-Za-z0-9._-]+", requirement)
+    assert name is not None, requirement
+    return re.sub(r"[-_.]+", "-", name.group(0)).lower()
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, pinned = line.partition("==")
+            assert sep, f"constraints.txt: {line!r} is not an exact pin"
+            pins[_name(name)] = pinned
+    return pins
+
+
+def test_every_dependency_and_dev_tool_is_pinned_in_the_constraints():
+    project = PYPROJECT["project"]
+    wanted = [*project["dependencies"]]
+    for extra in project["optional-dependencies"].values():
+        wanted += [r for r in extra if not r.startswith("mlsched")]
+    missing = sorted({_name(r) for r in wanted} - set(_pins()))
+    assert missing == [], f"add these to constraints.txt: {missing}"
+
+
+def test_the_constraints_pin_torch_as_the_readme_installs_it():
+    assert _pins()["torch"] == "2.13.0"
+
+
+def test_no_dependency_is_left_unimported():
+    """A dependency the code never imports is dead weight for every install."""
+    sources = "\n".join(
+        p.read_text()
+        for folder in ("mlsched", "controller", "nodeagent", "trainer_shim", "simulator")
+        for p in (ROOT / folder).rglob("*.py")
+    )
+    imported_as = {
+        "grpcio": "grpc",
+        "protobuf": "google.protobuf",
+        "nvidia-ml-py": "pynvml",
+        "pyyaml": "yaml",
+        "highsbox": "mip",  # python-mip loads its HiGHS library
+    }
+    for requirement in PYPROJECT["project"]["dependencies"]:
+        module = imported_as.get(_name(requirement), _name(requirement).replace("-", "_"))
+        assert re.search(rf"^\s*(import|from) {re.escape(module)}\b", sources, re.M), requirement
+
+
+def test_highs_is_usable_through_python_mip():
+    mip = pytest.importorskip("mip")
+    model = mip.Model(sense=mip.MAXIMIZE, solver_name=mip.HIGHS)
+    model.verbose = 0
+    x, y = model.add_var(var_type=mip.BINARY), model.add_var(var_type=mip.BINARY)
+    model.objective = 3 * x + 2 * y
+    model += x + y <= 1
+    assert model.optimize() == mip.OptimizationStatus.OPTIMAL
+    assert model.objective_value == pytest.approx(3.0)
+
+
+def test_every_package_data_pattern_matches_a_file():
+    for package, patterns in PYPROJECT["tool"]["setuptools"]["package-data"].items():
+        folder = ROOT / package.replace(".", "/")
+        for pattern in patterns:
+            assert list(folder.glob(pattern)), f"{package}: {pattern} matches nothing"
+
+
+def test_mlsched_version_reports_the_installed_version():
+    out = subprocess.run(
+        [sys.executable, "-m", "mlsched", "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == f"mlsched {version('mlsched')}"
+
+
+def test_controller_help_lists_the_policies_and_the_default():
+    out = subprocess.run(
+        [sys.executable, "-m", "mlsched", "controller", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    flat = " ".join(out.split())
+    for name in available_policies():
+        assert name in flat
+    assert f"default {DEFAULT_POLICY}" in flat
+
+
+@pytest.mark.parametrize(
+    ("path", "pattern"),
+    [
+        ("deploy/systemd/mlsched-controller.service", r"^Environment=MLSCHED_POLICY=(\S+)$"),
+        ("deploy/config/controller.env.example", r"^#MLSCHED_POLICY=(\S+)$"),
+        ("README.md", r"The controller's default policy is (\w+)"),
+        ("docs/architecture.md", r"The default policy is\s+`([\w-]+)`"),
+        ("docs/policies.md", r"The live controller's default is `([\w-]+)`"),
+    ],
+)
+def test_one_default_policy_everywhere(path, pattern):
+    found = re.findall(pattern, (ROOT / path).read_text(), re.M)
+    assert found and {f.lower() for f in found} == {DEFAULT_POLICY}, (path, found)
