@@ -6,13 +6,15 @@ import argparse
 import importlib.util
 import random
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from controller.policy import available_policies, make_policy
 from simulator.engine import PRESETS, ClusterShape, SimConfig, Simulation
 from simulator.jobmodel import TraceJobModel, UnknownModel
 from simulator.metrics import compute_metrics
-from simulator.report import format_table, plot, write_json
+from simulator.report import SPEED_MODEL_KEY, format_table, plot, write_json
 from simulator.trace import ColumnMapping, TraceError, load_csv, load_philly
 from simulator.types import SimResult, TraceJob
 from simulator.workload import (
@@ -27,23 +29,6 @@ from simulator.workload import (
 def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("simulate", help="simulate policies over a job trace")
     p.add_argument("--trace", type=Path, required=True, help="trace file (CSV)")
-    p.add_argument(
-        "--format",
-        choices=("philly", "csv"),
-        default="philly",
-        help="philly: the Chronus Philly-derived format; csv: generic [%(default)s]",
-    )
-    p.add_argument(
-        "--columns",
-        help="generic CSV column mapping, e.g. "
-        "submit=submit_time,duration=duration,gpus=num_gpu,time_unit=m",
-    )
-    p.add_argument(
-        "--zero-gpu",
-        choices=("one", "skip", "error"),
-        default="one",
-        help="Philly rows asking for 0 GPUs (CPU jobs) [%(default)s]",
-    )
     p.add_argument(
         "--policy",
         default="fifo",
@@ -60,62 +45,109 @@ def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
         help="C120 (120x8 GPUs), C96 (96x8) or NODESxGPUS [%(default)s]",
     )
     p.add_argument(
-        "--model-info",
-        type=Path,
-        help="per-model placement speeds (default: model_info.json beside the trace)",
-    )
-    p.add_argument(
-        "--default-model",
-        help="model-table row for jobs whose model the table lacks (generic traces)",
-    )
-    p.add_argument("--lease-seconds", type=float, default=300.0, help="[%(default)s]")
-    p.add_argument(
-        "--cycle-seconds",
-        type=float,
-        default=60.0,
-        help="least time between triggered cycles [%(default)s]",
-    )
-    p.add_argument(
         "--density",
         type=float,
         default=1.0,
         help="job density scaling, 0.8-1.6 as in UniSched Fig. 6c [%(default)s]",
     )
-    p.add_argument(
+    add_cell_options(p)
+    p.add_argument("--json", type=Path, dest="json_path", help="write metrics JSON here")
+    p.add_argument("--plot", type=Path, help="write a PNG (JCT CDF, utilisation) here")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_simulate)
+
+
+# The options of one simulation besides its trace, cluster, density and policy, with their
+# defaults: `mlsched simulate` and `mlsched sweep` (simulator/sweep.py) share them.
+CELL_DEFAULTS: dict[str, object] = {
+    "format": "philly",
+    "columns": None,
+    "zero_gpu": "one",
+    "model_info": None,
+    "default_model": None,
+    "lease_seconds": 300.0,
+    "cycle_seconds": 60.0,
+    "assign_slo": None,
+    "performance_fraction": 0.0,
+    "mlfs_features": False,
+    "mlfs_model_parallel": MODEL_PARALLEL_FRACTION,
+    "seed": 0,
+    "limit": None,
+    "check_invariants": False,
+}
+
+
+def add_cell_options(
+    p: argparse.ArgumentParser, defaults: bool = True
+) -> dict[str, argparse.Action]:
+    """Add the :data:`CELL_DEFAULTS` options to ``p``; with ``defaults=False`` an option not
+    given is None (so a caller can tell it was not given). Returns the actions by dest."""
+    actions: dict[str, argparse.Action] = {}
+
+    def option(flag: str, **kwargs: object) -> None:
+        dest = flag.removeprefix("--").replace("-", "_")
+        help_text = str(kwargs.pop("help", ""))
+        if not defaults:
+            help_text = help_text.replace("%(default)s", str(CELL_DEFAULTS[dest]))
+        default = CELL_DEFAULTS[dest] if defaults else None
+        actions[dest] = p.add_argument(flag, default=default, help=help_text, **kwargs)
+
+    option(
+        "--format",
+        choices=("philly", "csv"),
+        help="philly: the Chronus Philly-derived format; csv: generic [%(default)s]",
+    )
+    option(
+        "--columns",
+        help="generic CSV column mapping, e.g. "
+        "submit=submit_time,duration=duration,gpus=num_gpu,time_unit=m",
+    )
+    option(
+        "--zero-gpu",
+        choices=("one", "skip", "error"),
+        help="Philly rows asking for 0 GPUs (CPU jobs) [%(default)s]",
+    )
+    option(
+        "--model-info",
+        type=Path,
+        help="per-model placement speeds (default: model_info.json beside the trace)",
+    )
+    option(
+        "--default-model",
+        help="model-table row for jobs whose model the table lacks (generic traces)",
+    )
+    option("--lease-seconds", type=float, help="[%(default)s]")
+    option("--cycle-seconds", type=float, help="least time between triggered cycles [%(default)s]")
+    option(
         "--assign-slo",
         metavar="STRICT,SOFT",
         help="give fractions of jobs strict/soft SLOs (UniSched §IV-B), e.g. 0.3,0.3",
     )
-    p.add_argument(
+    option(
         "--performance-fraction",
         type=float,
-        default=0.0,
         help="fraction of jobs that stop at a target metric (paper: 0.2)",
     )
-    p.add_argument(
+    option(
         "--mlfs-features",
         action="store_true",
         help="give jobs MLFS features: urgency, model-parallel graphs, required accuracy, "
         "per-task CPU/memory/bandwidth load (server overload) and communication volumes",
     )
-    p.add_argument(
+    option(
         "--mlfs-model-parallel",
         type=float,
-        default=MODEL_PARALLEL_FRACTION,
         help="with --mlfs-features: fraction of multi-GPU jobs that are model-parallel "
         "[%(default)s]",
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--limit", type=int, help="only the first N jobs")
-    p.add_argument("--json", type=Path, dest="json_path", help="write metrics JSON here")
-    p.add_argument("--plot", type=Path, help="write a PNG (JCT CDF, utilisation) here")
-    p.add_argument(
+    option("--seed", type=int)
+    option("--limit", type=int, help="only the first N jobs")
+    option(
         "--check-invariants",
         action="store_true",
         help="verify the simulator's invariants every cycle (slower)",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=run_simulate)
+    return actions
 
 
 def parse_cluster(text: str) -> ClusterShape:
@@ -219,31 +251,67 @@ def warn_missing_table(args: argparse.Namespace, model: TraceJobModel, prog: str
         print(f"{prog}: {warning}", file=sys.stderr)
 
 
-def run_simulate(args: argparse.Namespace) -> int:
-    try:
-        policies = parse_policies(args.policy)
-        if args.ablations:
-            policies += [name for name in UNISCHED_ABLATIONS if name not in policies]
-        shape = parse_cluster(args.cluster)
-        model = job_model(args)
-        jobs = load_workload(args, model)
-        model.check_jobs(jobs)
-    except (TraceError, UnknownModel, ValueError, OSError) as exc:
-        print(f"mlsched simulate: {exc}", file=sys.stderr)
-        return 2
-    warn_missing_table(args, model, "mlsched simulate")
-    if args.plot and importlib.util.find_spec("matplotlib") is None:
-        print("mlsched simulate: --plot needs matplotlib: pip install -e '.[sim]'", file=sys.stderr)
-        return 2
+@dataclass(frozen=True)
+class PreparedRun:
+    """What every policy of one (trace, cluster, density) run shares."""
+
+    jobs: list[TraceJob]
+    model: TraceJobModel
+    shape: ClusterShape
+    config: SimConfig
+
+
+def prepare_run(args: argparse.Namespace) -> PreparedRun:
+    """The cluster, job model, workload and engine settings ``args`` asks for; raises
+    TraceError, UnknownModel, ValueError or OSError on bad input."""
+    shape = parse_cluster(args.cluster)
+    model = job_model(args)
+    jobs = load_workload(args, model)
+    model.check_jobs(jobs)
     config = SimConfig(
         lease_s=args.lease_seconds,
         cycle_s=args.cycle_seconds,
         check_invariants=args.check_invariants,
     )
+    return PreparedRun(jobs, model, shape, config)
+
+
+def run_policy(
+    run: PreparedRun, policy: str, progress: Callable[[int, int], None] | None = None
+) -> SimResult:
+    """Simulate ``policy`` over the prepared run."""
+    return Simulation(
+        run.jobs, make_policy(policy), run.shape, run.model, run.config, progress
+    ).run()
+
+
+def run_cell(args: argparse.Namespace, policy: str) -> dict:
+    """One (trace, cluster, density, policy) cell as ``mlsched simulate`` runs it: the
+    :func:`compute_metrics` dict, plus ``"speed_model"`` (which speed model ran)."""
+    run = prepare_run(args)
+    metrics = compute_metrics(run_policy(run, policy))
+    metrics[SPEED_MODEL_KEY] = run.model.speed_model.to_json()
+    return metrics
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    try:
+        policies = parse_policies(args.policy)
+        if args.ablations:
+            policies += [name for name in UNISCHED_ABLATIONS if name not in policies]
+        run = prepare_run(args)
+    except (TraceError, UnknownModel, ValueError, OSError) as exc:
+        print(f"mlsched simulate: {exc}", file=sys.stderr)
+        return 2
+    model, jobs, shape = run.model, run.jobs, run.shape
+    warn_missing_table(args, model, "mlsched simulate")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print("mlsched simulate: --plot needs matplotlib: pip install -e '.[sim]'", file=sys.stderr)
+        return 2
     results: dict[str, SimResult] = {}
     for name in policies:
         progress = None if args.quiet else _progress_bar(name)
-        results[name] = Simulation(jobs, make_policy(name), shape, model, config, progress).run()
+        results[name] = run_policy(run, name, progress)
         if progress is not None:
             print(file=sys.stderr)
     metrics = {name: compute_metrics(result) for name, result in results.items()}
