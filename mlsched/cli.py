@@ -152,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     from nodeagent.cli import add_agent_command
     from simulator.cli import add_simulate_command
     from simulator.rltrain import add_train_command
+    from simulator.sweep import add_sweep_command
 
     parser = argparse.ArgumentParser(
         prog="mlsched", description="Scheduler for deep-learning training jobs on GPU clusters."
@@ -161,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_controller_command(sub)
     add_agent_command(sub)
     add_simulate_command(sub)
+    add_sweep_command(sub)
     add_train_command(sub)
 
     p = sub.add_parser("submit", help="submit a job from a YAML spec")
