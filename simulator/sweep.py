@@ -65,10 +65,11 @@ class Cell:
     cluster: str
     density: float
     policy: str
+    name: str = field(default="", compare=False)  # the trace's name in tables (trace_names)
 
     @property
     def trace_name(self) -> str:
-        return self.trace.stem
+        return self.name or self.trace.stem
 
     def label(self) -> str:
         return f"{self.trace_name} {self.cluster} density={self.density} {self.policy}"
@@ -86,8 +87,24 @@ class Grid:
 
     def cells(self) -> list[Cell]:
         """Every cell, traces outermost and policies innermost."""
+        names = trace_names(self.traces)
         axes = (self.traces, self.clusters, self.densities, self.policies)
-        return [Cell(*values) for values in itertools.product(*axes)]
+        return [Cell(*values, name=names[values[0]]) for values in itertools.product(*axes)]
+
+
+def trace_names(traces: Sequence[Path]) -> dict[Path, str]:
+    """Each trace's file name without its suffix, led by as many of its folders as it takes to
+    tell traces of the same name apart (``a/trace``, ``b/trace``)."""
+    names = {}
+    for trace in traces:
+        parts = (*trace.parent.parts, trace.stem)
+        for depth in range(1, len(parts) + 1):
+            name = "/".join(parts[-depth:])
+            others = [t for t in traces if t != trace]
+            if all("/".join((*t.parent.parts, t.stem)[-depth:]) != name for t in others):
+                break
+        names[trace] = name
+    return names
 
 
 def jsonable(options: Mapping[str, object]) -> dict[str, object]:
@@ -106,8 +123,8 @@ def cell_key(cell: Cell, options: Mapping[str, object]) -> str:
         "options": jsonable(options),
     }
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
-    readable = f"{cell.trace_name}_{cell.cluster}_d{cell.density}_{cell.policy}"
-    return f"{re.sub(r'[^A-Za-z0-9.-]+', '-', readable)}_{digest}"
+    parts = (cell.trace_name, cell.cluster, f"d{cell.density}", cell.policy, digest)
+    return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", part) for part in parts)
 
 
 def split_list(values: Iterable[object]) -> list[str]:
