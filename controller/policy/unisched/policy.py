@@ -25,7 +25,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from controller.estimator.duration import predicted_iterations
-from controller.estimator.speed import SpeedModel, fit_speed_model
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
 from controller.policy.unisched.cells import (
@@ -118,6 +117,9 @@ class UniSchedPolicy:
             _give_back(pool, view.placement)
             if held < view.gpus and view.speed_samples:  # profiled: resume at full size later
                 suspend.append(Suspend(view.id, "profiling done"))
+                # Planned in this MILP with every other job (§III-C: profiling and execution in
+                # one framework); it starts on its chosen allocation once its GPUs are back.
+                candidates.append(self._candidate(view, snapshot.now, be, slo, levels))
                 continue
             candidates.append(self._candidate(view, snapshot.now, be, slo, levels, keep=True))
         for view in snapshot.queued:
@@ -163,7 +165,7 @@ class UniSchedPolicy:
         slo: float,
         levels: int,
     ) -> Decision:
-        renew: list[Renew] = []
+        kept: list[_Candidate] = []
         wanted: list[tuple[_Candidate, _Choice]] = []
         for cand in candidates:
             pick = solution.run_now.get(cand.view.id)
@@ -174,12 +176,19 @@ class UniSchedPolicy:
                 continue
             choice = cand.choices[pick]
             if choice.keep:
-                renew.append(Renew(cand.view.id, self._lease_for(cand.phase, be, slo)))
+                kept.append(cand)
             else:
                 wanted.append((cand, choice))
         wanted.sort(key=lambda cw: _launch_order(cw[0]))
+        for cand in _make_room(snapshot, kept, wanted, suspend, levels):
+            kept.remove(cand)
+            suspend.append(Suspend(cand.view.id, "yields its GPUs to an SLO job's allocation"))
+        renew = [Renew(c.view.id, self._lease_for(c.phase, be, slo)) for c in kept]
+        stopping = {s.job_id for s in suspend}  # profiled: they start once suspended
         pool = CellPool.of(snapshot.free_gpus(), levels)
-        placed = pool.place_all([_request(c.view, ch) for c, ch in wanted])
+        placed = pool.place_all(
+            [_request(c.view, ch) for c, ch in wanted if c.view.id not in stopping]
+        )
         launch: list[Launch] = []
         self._waiting = {}
         for cand, choice in wanted:
@@ -209,7 +218,10 @@ class UniSchedPolicy:
         return MilpSolution(run_now={c.view.id: 0 for c in candidates}, status="uncontended")
 
     def _fill(self, snapshot: ClusterSnapshot) -> Decision:
-        """Between boundaries: start waiting jobs on GPUs freed since the last cycle."""
+        """Between boundaries: start waiting jobs on GPUs freed since the last cycle. The jobs
+        the last MILP chose go first, all together (their cells were planned jointly, and
+        placing them one by one could split the cells another of them needs); while some of
+        their GPUs are still being released, none of them starts early."""
         free = snapshot.free_gpus()
         left = sum(len(ids) for ids in free.values())
         if left == 0 or not snapshot.queued:
@@ -217,21 +229,29 @@ class UniSchedPolicy:
         be, slo = self._leases(snapshot)
         levels = top_level(max(len(n.gpu_indices) for n in snapshot.nodes)) + 1
         pool = CellPool.of(free, levels)
-        ordered = sorted(snapshot.queued, key=lambda v: self._fill_order(v, snapshot.now))
         launch: list[Launch] = []
+        placed: dict[str, tuple[TaskPlacement, ...]] = {}
+        planned = [v for v in snapshot.queued if v.id in self._waiting]
+        if planned:
+            requests = [_request(v, self._waiting[v.id]) for v in planned]
+            placed = pool.place_all(requests)
+            if len(placed) < len(planned) and snapshot.busy:
+                return Decision()  # the planned cells are not all back yet
+            for view in planned:
+                if view.id in placed:
+                    lease = self._lease_for(self._phase(view), be, slo)
+                    launch.append(Launch(view.id, placed[view.id], lease))
+                    del self._waiting[view.id]
+            left -= sum(r.gpus for r in requests if r.job_id in placed)
+        ordered = sorted(
+            (v for v in snapshot.queued if v.id not in self._waiting and v.id not in placed),
+            key=lambda v: self._fill_order(v, snapshot.now),
+        )
         for view in ordered:
             if left <= 0:
                 break
             phase = self._phase(view)
-            choices = self._waiting.get(view.id)
-            if choices:
-                options = [choices]
-            else:
-                options = self._choices(view, phase, levels)
-                if phase != "profiling":
-                    speed = fit_speed_model(view.speed_samples, self.config.inter_node_ratio)
-                    options = _trusted(options, speed)
-            for choice in options:
+            for choice in self._choices(view, phase, levels):
                 if choice.gpus > left:
                     continue
                 placed = pool.place_all([_request(view, choice)])
@@ -239,7 +259,6 @@ class UniSchedPolicy:
                     lease = self._lease_for(phase, be, slo)
                     launch.append(Launch(view.id, placed[view.id], lease))
                     left -= choice.gpus
-                    self._waiting.pop(view.id, None)
                     break
         return Decision(launch=tuple(launch))
 
@@ -305,7 +324,6 @@ class UniSchedPolicy:
             estimate = JobEstimate(phase, 0, 0.0, 0.0, reward, _describe(choices[0]), now)
             return _Candidate(view, phase, choices, milp, estimate)
         est = JobEstimator.of(view, self._iterations(view), self.config)
-        choices = _trusted(choices, est)
         runs = [est.run_s(view.gpus, c.nodes) for c in choices]
         rewards = [self._be_reward(est.best_effort_remaining_s(r, be), be) for r in runs]
         be_reward = max(rewards)
@@ -410,15 +428,38 @@ class UniSchedPolicy:
             del self._curves[job_id]
 
 
-def _trusted(choices: list[_Choice], speed: object) -> list[_Choice]:
-    """Drop relaxed multi-node allocations while the job's inter-node cost T2 is a guess: a
-    one-node profile measures only T1 (§III-B1) and T2 / T1 differs by model from 1 to over
-    10, so a deadline must not hang on the guess (our choice; measured T2 lifts it)."""
-    model = speed.speed if isinstance(speed, JobEstimator) else speed
-    if isinstance(model, SpeedModel) and model.inter_measured:
-        return choices
-    least = min(c.nodes for c in choices)
-    return [c for c in choices if c.keep or c.nodes == least]
+def _make_room(
+    snapshot: ClusterSnapshot,
+    kept: list[_Candidate],
+    wanted: list[tuple[_Candidate, _Choice]],
+    suspend: list[Suspend],
+    levels: int,
+) -> list[_Candidate]:
+    """Kept non-SLO jobs to suspend so that every SLO job the MILP chose can be placed.
+
+    The MILP checks cells against the whole pool (Eq. 14), as if every job could be placed
+    anew; a job whose lease is renewed stays where it is, and its GPUs can split the cells an
+    SLO job was given. Once the jobs suspended now have released their GPUs, the chosen SLO
+    jobs must fit: if not, renewed best-effort and profiler jobs yield, lowest reward first,
+    until they do (our repair; the paper's cells abstract placement away)."""
+    slo = [(c, ch) for c, ch in wanted if c.phase == "slo"]
+    if not slo:
+        return []
+    free = {node: set(ids) for node, ids in snapshot.free_gpus().items()}
+    leaving = {s.job_id for s in suspend}
+    for view in snapshot.active:
+        if view.id in leaving:
+            _give_back(free, view.placement)
+    requests = [_request(c.view, ch) for c, ch in slo]
+    yielding: list[_Candidate] = []
+    movable = sorted((c for c in kept if c.phase != "slo"), key=lambda c: c.estimate.reward)
+    while len(CellPool.of(free, levels).place_all(requests)) < len(requests) and movable:
+        cand = movable.pop(0)
+        _give_back(free, cand.view.placement)
+        yielding.append(cand)
+    if len(CellPool.of(free, levels).place_all(requests)) < len(requests):
+        return []  # no renewal frees enough: nothing gained by suspending any
+    return yielding
 
 
 def _give_back(pool: dict[str, set[int]], placement: tuple[TaskPlacement, ...]) -> None:
