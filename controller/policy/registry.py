@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from controller.policy.base import Policy
+from controller.policy.chronus import ChronusPolicy
 from controller.policy.edf import EdfPolicy
 from controller.policy.fifo import FifoPolicy
 from controller.policy.mlfs.policy import MlfhPolicy
@@ -21,6 +22,7 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "srtf": SrtfPolicy,
     "tiresias": TiresiasPolicy,
     "edf": EdfPolicy,
+    "chronus": ChronusPolicy,  # Gao et al., SoCC 2021 (docs/chronus.md)
     "themis": ThemisPolicy,
     "unisched": UniSchedPolicy,
     "mlf-h": MlfhPolicy,  # MLFS §3.3, without MLF-C
