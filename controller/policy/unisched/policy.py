@@ -83,6 +83,7 @@ class UniSchedPolicy:
         self._curves: dict[str, tuple[int, int]] = {}  # job -> (history length, iterations)
         self._waiting: dict[str, _Choice] = {}  # chosen by the last MILP, not launched yet
         self._last: MilpSolution | None = None
+        self._picked: dict[str, Allocation] = {}  # job -> allocation of the last solution
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
         self._worker = IsolatedSolver() if self.config.isolate_solver else None
 
@@ -127,7 +128,7 @@ class UniSchedPolicy:
         self._prune(v.id for v in (*snapshot.active, *snapshot.queued, *snapshot.busy))
         solution = self._uncontended(snapshot, candidates, levels)
         if solution is not None:  # everything fits now: the MILP's optimum, without solving
-            self._last = solution
+            self._remember(solution, candidates)
             return self._apply(snapshot, candidates, solution, suspend, be, slo, levels)
         problem = MilpProblem(
             jobs=tuple(c.milp for c in candidates),
@@ -141,7 +142,7 @@ class UniSchedPolicy:
             solution = self._cached(candidates)
         else:
             self.solve_times_s.append(solution.solve_s + solution.build_s)
-        self._last = solution
+        self._remember(solution, candidates)
         return self._apply(snapshot, candidates, solution, suspend, be, slo, levels)
 
     def _solve(self, problem: MilpProblem) -> MilpSolution | None:
@@ -414,16 +415,39 @@ class UniSchedPolicy:
             now,
         )
 
+    def _remember(self, solution: MilpSolution, candidates: list[_Candidate]) -> None:
+        self._last = solution
+        picked = {
+            c.view.id: c.choices[solution.run_now[c.view.id]].allocation
+            for c in candidates
+            if c.view.id in solution.run_now
+        }
+        if solution.status != "cached":
+            self._picked = picked
+        else:  # a cached cycle keeps the choices of jobs it did not see
+            self._picked.update(picked)
+
     def _cached(self, candidates: list[_Candidate]) -> MilpSolution:
-        """The solver found nothing in time: reuse the last solution's choices (§III-C4)."""
-        previous = self._last.run_now if self._last is not None else {}
-        run = {
-            c.view.id: 0 for c in candidates if c.view.id in previous or c.choices[0].keep
-        }  # without a cached choice, a running job keeps running: the safe default
+        """The solver found nothing in time: reuse the last solution's choices (§III-C4).
+
+        A running job keeps running where it is (the safe default, cached choice or not); a
+        job the last solution chose runs on the allocation it chose then, when that is still
+        one of its options (its first option otherwise); others wait for the next cycle."""
+        run: dict[str, int] = {}
+        for cand in candidates:
+            if cand.choices[0].keep:
+                run[cand.view.id] = 0
+                continue
+            previous = self._picked.get(cand.view.id)
+            if previous is None:
+                continue
+            allocations = [c.allocation for c in cand.choices]
+            run[cand.view.id] = allocations.index(previous) if previous in allocations else 0
         return MilpSolution(run_now=run, status="cached")
 
     def _prune(self, live: Iterable[str]) -> None:
         keep = set(live)
+        self._picked = {j: a for j, a in self._picked.items() if j in keep}
         for job_id in [j for j in self._curves if j not in keep]:
             del self._curves[job_id]
 
