@@ -51,6 +51,7 @@ MAX_OPTIONS = 8  # allocation choices per job given to the MILP (most consolidat
 MAX_EXTRA_NODES = 1
 PROFILE_GPUS = 2  # §III-B: profiling uses at most 2 GPUs
 EARLY_SLO_WEIGHT = 0.1  # share of the best-effort reward an SLO job earns for running now
+GRID_EPS = 1e-9  # in periods: a clock a hair past a boundary is on it
 TIE_BREAK = 1e-3  # weight of an allocation's normalised speed for SLO jobs (Eq. 8)
 
 
@@ -85,6 +86,7 @@ class UniSchedPolicy:
         self._last: MilpSolution | None = None
         self._picked: dict[str, Allocation] = {}  # job -> allocation of the last solution
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
+        self.boundary_cycles = 0  # cycles at lease boundaries (the MILP's, solved or not)
         self._worker = IsolatedSolver() if self.config.isolate_solver else None
 
     # --- the cycle --------------------------------------------------------------------------
@@ -100,6 +102,7 @@ class UniSchedPolicy:
         return be, be * self.config.slo_lease_multiple
 
     def _boundary(self, snapshot: ClusterSnapshot) -> Decision:
+        self.boundary_cycles += 1
         be, slo = self._leases(snapshot)
         levels = top_level(max(len(n.gpu_indices) for n in snapshot.nodes)) + 1
         expired = {v.id for v in snapshot.expired()}
@@ -184,7 +187,8 @@ class UniSchedPolicy:
         for cand in _make_room(snapshot, kept, wanted, suspend, levels):
             kept.remove(cand)
             suspend.append(Suspend(cand.view.id, "yields its GPUs to an SLO job's allocation"))
-        renew = [Renew(c.view.id, self._lease_for(c.phase, be, slo)) for c in kept]
+        now = snapshot.now
+        renew = [Renew(c.view.id, self._lease_for(c.phase, be, slo, now)) for c in kept]
         stopping = {s.job_id for s in suspend}  # profiled: they start once suspended
         pool = CellPool.of(snapshot.free_gpus(), levels)
         placed = pool.place_all(
@@ -197,7 +201,8 @@ class UniSchedPolicy:
             if placement is None:
                 self._waiting[cand.view.id] = choice  # GPUs still being released
                 continue
-            launch.append(Launch(cand.view.id, placement, self._lease_for(cand.phase, be, slo)))
+            lease = self._lease_for(cand.phase, be, slo, now)
+            launch.append(Launch(cand.view.id, placement, lease))
         estimates = {c.view.id: self._chosen(c, solution, snapshot.now) for c in candidates}
         return Decision(
             launch=tuple(launch), renew=tuple(renew), suspend=tuple(suspend), estimates=estimates
@@ -240,7 +245,7 @@ class UniSchedPolicy:
                 return Decision()  # the planned cells are not all back yet
             for view in planned:
                 if view.id in placed:
-                    lease = self._lease_for(self._phase(view), be, slo)
+                    lease = self._lease_for(self._phase(view), be, slo, snapshot.now)
                     launch.append(Launch(view.id, placed[view.id], lease))
                     del self._waiting[view.id]
             left -= sum(r.gpus for r in requests if r.job_id in placed)
@@ -257,7 +262,7 @@ class UniSchedPolicy:
                     continue
                 placed = pool.place_all([_request(view, choice)])
                 if view.id in placed:
-                    lease = self._lease_for(phase, be, slo)
+                    lease = self._lease_for(phase, be, slo, snapshot.now)
                     launch.append(Launch(view.id, placed[view.id], lease))
                     left -= choice.gpus
                     break
@@ -269,8 +274,15 @@ class UniSchedPolicy:
             return "profiling"
         return "best-effort" if view.job_class is JobClass.BEST_EFFORT else "slo"
 
-    def _lease_for(self, phase: str, be: float, slo: float) -> float:
-        return slo if phase == "slo" else be
+    def _lease_for(self, phase: str, be: float, slo: float, now: float) -> float:
+        """The lease from ``now`` to a boundary of its grid (§III-C1, Fig. 4): BE leases end on
+        multiples of the BE lease, SLO leases on multiples of the SLO lease (so an SLO lease
+        always expires together with a BE lease), counted from time 0. A job started between
+        boundaries holds its lease to the next one, or to the one after when less than half
+        a BE lease is left (our choice: a lease is never shorter than that)."""
+        period = slo if phase == "slo" else be
+        end = math.ceil((now + be / 2) / period - GRID_EPS) * period
+        return end - now
 
     def _choices(self, view: JobView, phase: str, levels: int) -> list[_Choice]:
         node_size = 1 << (levels - 1)

@@ -1,0 +1,69 @@
+"""UniSched against FIFO on one trace in one run: wall time, decision cycles, R^slo.
+
+    python benchmarks/unisched_vs_fifo.py [--trace PATH] [--cluster C120] [--limit N]
+
+Prints one line per policy: simulated jobs, wall seconds, decision cycles (every ``decide``
+call), UniSched's lease-boundary cycles and MILP solves, R^slo and best-effort JCT; then the
+wall-time ratio. Issue 9 asks for UniSched within 8x FIFO's wall time on a full Philly trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("MLSCHED_DATA", REPO.parent / "shared" / "data"))
+DEFAULT_TRACE = DATA / "chronus_philly" / "trace_job_Philly_MIX2.csv"
+
+
+def run(trace: Path, policy_name: str, cluster: str, limit: int | None) -> dict[str, object]:
+    from controller.policy import make_policy
+    from simulator.cli import job_model, parse_cluster
+    from simulator.engine import SimConfig, Simulation
+    from simulator.metrics import compute_metrics
+    from simulator.trace import load_philly
+
+    jobs = load_philly(trace, zero_gpu="one")[: limit or None]
+    options = argparse.Namespace(
+        trace=trace, model_info=None, format="philly", seed=0, default_model=None
+    )
+    policy = make_policy(policy_name)
+    started = time.perf_counter()
+    result = Simulation(jobs, policy, parse_cluster(cluster), job_model(options), SimConfig()).run()
+    wall = time.perf_counter() - started
+    metrics = compute_metrics(result)
+    be = metrics["jct_s"]["best_effort"]
+    return {
+        "policy": policy_name,
+        "jobs": len(jobs),
+        "wall_s": round(wall, 1),
+        "cycles": metrics["decision_time_s"]["cycles"],
+        "boundaries": getattr(policy, "boundary_cycles", "-"),
+        "solves": len(getattr(policy, "solve_times_s", [])) or "-",
+        "r_slo": metrics["r_slo"],
+        "be_jct_avg_min": round(be["avg"] / 60, 1) if be["avg"] is not None else None,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--cluster", default="C120")
+    parser.add_argument("--limit", type=int, help="only the first N jobs")
+    args = parser.parse_args()
+    if not args.trace.exists():
+        print(f"trace not found: {args.trace} (set MLSCHED_DATA or pass --trace)", file=sys.stderr)
+        return 2
+    rows = [run(args.trace, name, args.cluster, args.limit) for name in ("fifo", "unisched")]
+    for row in rows:
+        print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+    print(f"unisched / fifo wall time: {rows[1]['wall_s'] / max(rows[0]['wall_s'], 0.1):.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
