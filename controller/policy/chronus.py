@@ -63,6 +63,7 @@ from mlsched.model import JobClass
 _EPS = 1e-6
 # Opportunistic tiers (smaller runs first); tier 0 is the guaranteed set of the current lease.
 GUARANTEED, URGENT, SPOT, SLACK, HOPELESS = 0, 1, 2, 3, 4
+MAX_REPACK = 1200  # admitted jobs re-planned at most (the artifact's MAX_SEARCH_JOB)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class ChronusConfig:
     profile_nodes: int = 0  # nodes reserved for profiling (the artifact profiles off-cluster)
     profile_s: float = 300.0  # one profiling run: one slot
     admission: bool = True  # False: admit every SLO job (no guarantee check; an ablation)
+    repack: bool = True  # re-plan every admitted job when the kept plans leave no room
 
     def __post_init__(self) -> None:
         if not (self.lease_s > 0 and self.slot_s > 0 and self.profile_s > 0):
@@ -167,12 +169,47 @@ class ChronusPolicy:
             ends = [max(end, start + need - 1) for end in ends]
         if size <= capacity and ends:
             plan = self._free_leases(start, ends[-1], size, capacity, need, ())
+            if len(plan) < need and self.config.repack:
+                plan = self._repack(state, need, ends[-1], start, capacity)
             if len(plan) == need:
                 last = plan[-1] if plan else start - 1
                 target = next((f for f, end in enumerate(ends) if end >= last), len(ends) - 1)
                 state.admitted, state.target, state.last = True, target, ends[target]
                 self._take(state, plan, size)
         (self.admitted_ever if state.admitted else self.rejected_ever).add(view.id)
+
+    def _repack(self, new: _Slo, need: int, last: int, start: int, capacity: int) -> list[int]:
+        """When the kept plans leave no room, plan every admitted job's future leases again
+        together with the newcomer (the artifact re-solves its MILP then): lease by lease from
+        ``start``, least laxity first (larger jobs first at equal laxity). Returns the
+        newcomer's leases (the others' plans are replaced) or [] when some job would miss."""
+        items = [
+            [st, st.size, st.last, sum(1 for i in st.plan if i >= start), []]
+            for st in self._slo.values()
+            if st.admitted and st.plan and st.plan[-1] >= start
+        ]
+        if len(items) > MAX_REPACK:
+            return []
+        items.append([new, new.size, last, need, []])
+        pending = [it for it in items if it[3] > 0]
+        j = start
+        while pending:
+            pending.sort(key=lambda it: (it[2] - j + 1 - it[3], -it[1]))
+            room = capacity
+            for it in pending:
+                if it[1] <= room:
+                    room -= it[1]
+                    it[3] -= 1
+                    it[4].append(j)
+            if any(it[3] > it[2] - j for it in pending):
+                return []
+            pending = [it for it in pending if it[3] > 0]
+            j += 1
+        for st, size, _, _, leases in items[:-1]:
+            self._give([i for i in st.plan if i >= start], size)
+            st.plan = [i for i in st.plan if i < start]
+            self._take(st, leases, size)
+        return items[-1][4]
 
     def _repair(self, view: JobView, state: _Slo, k: int, capacity: int, levels: int) -> None:
         """At boundary ``k``: drop past leases, give back extra ones (earliest first, as the
@@ -238,6 +275,7 @@ class ChronusPolicy:
         spot -= sum(_rounded(v.gpus, levels) for v in snapshot.active if v.id in self._forced)
         spot -= sum(_rounded(v.gpus, levels) for v in snapshot.queued if v.id in self._forced)
         chosen = []
+        by_now: dict[str, float] = {}
         for view in snapshot.queued:
             state = self._slo.get(view.id)
             rem = view.estimated_remaining_s
@@ -245,11 +283,15 @@ class ChronusPolicy:
                 continue
             if rem <= left and not self._hopeless(view, now):
                 chosen.append((rem * view.gpus, view.submit_time, view.id, view.gpus))
+                by_now[view.id] = view.submit_time
         for _, _, job_id, gpus in sorted(chosen):
             size = _rounded(gpus, levels)
             if size <= spot:
                 spot -= size
                 self._forced.add(job_id)
+                if by_now[job_id] >= k * self.config.lease_s:  # the artifact admits it then
+                    self.admitted_ever.add(job_id)
+                    self.rejected_ever.discard(job_id)
 
     # --- estimates --------------------------------------------------------------------------
     def _need(self, view: JobView, levels: int) -> int:

@@ -58,9 +58,36 @@ def test_an_slo_job_that_does_not_fit_before_its_deadline_is_rejected(waiting, s
 
 def test_a_job_needing_more_leases_than_remain_before_its_deadline_is_rejected(waiting, snapshot):
     policy = ChronusPolicy()
-    job = waiting("a", 8, job_class=STRICT, deadlines=(1300.0,), remaining=1000.0)
+    job = waiting("a", 8, job_class=STRICT, deadlines=(1300.0,), remaining=1250.0)
     policy.decide(snapshot(0.0, queued=[job], nodes=ONE_NODE))  # needs 2, only lease 0 ends
-    assert policy.rejected_ever == {"a"}
+    assert policy.rejected_ever == {"a"} and policy._planned == {}
+
+
+def test_a_rejected_job_that_fits_in_the_rest_of_the_lease_gets_spot_gpus(waiting, snapshot):
+    policy = ChronusPolicy()
+    job = waiting("a", 8, job_class=STRICT, deadlines=(1300.0,), remaining=1000.0)
+    decision = policy.decide(snapshot(0.0, queued=[job], nodes=ONE_NODE))
+    # needs 2 leases (1210 s padded), only lease 0 ends by 1300: rejected; but its 1000 s fit
+    # in lease 0, so it is forced onto spot GPUs, and (submitted in this lease) counted as
+    # admitted, as the artifact does
+    assert policy._planned == {} and policy._forced == {"a"}
+    assert policy.admitted_ever == {"a"} and policy.rejected_ever == set()
+    assert [item.job_id for item in decision.launch] == ["a"]
+
+
+def test_repacking_admits_a_job_the_kept_plans_would_reject(waiting, snapshot):
+    policy = ChronusPolicy()
+    # "late" (deadline 3600: leases 0-2) is planned ASAP in lease 0; "tight" then needs
+    # lease 0 (deadline 1200): the kept plans reject it, repacking moves "late" to lease 1
+    late = waiting("late", 8, job_class=STRICT, deadlines=(3600.0,), remaining=900.0)
+    tight = waiting(
+        "tight", 8, job_class=STRICT, deadlines=(1200.0,), remaining=900.0, submit_time=1
+    )
+    policy.decide(snapshot(0.0, queued=[late, tight], nodes=ONE_NODE))
+    assert policy._slo["tight"].plan == [0] and policy._slo["late"].plan == [1]
+    no_repack = ChronusPolicy(ChronusConfig(repack=False))
+    no_repack.decide(snapshot(0.0, queued=[late, tight], nodes=ONE_NODE))
+    assert "tight" not in no_repack._slo or not no_repack._slo["tight"].plan
 
 
 def test_a_soft_job_falls_back_to_its_later_deadline(waiting, snapshot):
