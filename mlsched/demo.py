@@ -10,13 +10,12 @@ waits. At a lease boundary the longest-running job yields (checkpoint, exit) and
 job starts; at a later one another job yields and the suspended one resumes from its checkpoint
 on the other node. Then a 3-GPU DDP job arrives that can only run spanning both nodes.
 
-``unisched`` (the controller's default policy; 2 nodes x 4 GPUs): every job first runs as a
-profiler on at most 2 GPUs for one lease; the estimator then predicts its iterations and
-iteration time (``mlsched describe``), and the Selector chooses each job's allocation. The 4-GPU
-job, profiled on 2, is relaunched at full size on the node the 2-GPU SLO job leaves free, so the
-story cannot stall on where the profilers happened to run. With room for every job the Selector
-takes the MILP's optimum without calling the solver (docs/unisched.md); ``mlsched simulate
---policy unisched`` shows the solver at work on contended traces.
+``unisched`` (the controller's default policy; 2 nodes x 4 GPUs, three SLO jobs of 3, 3 and 2
+GPUs): every job first runs as a profiler on at most 2 GPUs for one lease; the estimator then
+predicts its iterations and iteration time (``mlsched describe``), and the joint MILP (§III-C)
+chooses jobs and allocations together. Rounded up to 4-GPU cells (Chronus), the two 3-GPU jobs
+fill the cluster and the third waits; the MILP gives them 2+1-GPU allocations instead, and all
+three run at once.
 """
 
 from __future__ import annotations
@@ -158,44 +157,37 @@ def _estimated(job: Job) -> bool:
     return est is not None and est.iterations > 0 and est.iteration_time_s > 0
 
 
-def _full_size_after_profiling(job: Job, tasks: list[Task]) -> bool:
-    running = [t for t in tasks if t.state.value == "RUNNING"]
-    held = sum(len(t.gpu_indices) for t in running)
-    return (
-        job.spec.gpus > 2
-        and job.state is JobState.RUNNING
-        and held == job.spec.gpus
-        and _profiled(job)
-        and bool(job.estimate and job.estimate.allocation)
+def _held_gpus(tasks: list[Task]) -> int:
+    return sum(len(t.gpu_indices) for t in tasks if t.state.value == "RUNNING")
+
+
+def _all_at_full_size_together(jobs: JobList) -> bool:
+    """Every job RUNNING on all the GPUs it asked for, at the same moment, after profiling."""
+    return bool(jobs) and all(
+        j.state is JobState.RUNNING and _held_gpus(t) == j.spec.gpus and _profiled(j)
+        for j, t in jobs
     )
 
 
 def _unisched() -> Scenario:
-    hour = 3600.0
+    year = 365 * 24 * 3600.0  # a deadline every estimate meets: the SLO class, not a race
+    strict = {"job_class": JobClass.STRICT_SLO, "deadlines": (Deadline(year, 100.0),)}
     return Scenario(
         policy="unisched",
         gpus_per_node=4,
         first=(
-            _spec("ddp-4gpu", "ddp_classifier.py", 4, seed=1),
-            _spec(
-                "slo-2gpu",
-                "mlp_classifier.py",
-                2,
-                gpus_per_process=2,
-                seed=2,
-                job_class=JobClass.STRICT_SLO,
-                deadlines=(Deadline(2 * hour, 100.0),),
-            ),
+            _spec("ddp-3gpu-a", "ddp_classifier.py", 3, seed=1, **strict),
+            _spec("ddp-3gpu-b", "ddp_classifier.py", 3, seed=2, **strict),
+            _spec("mlp-2gpu", "mlp_classifier.py", 2, gpus_per_process=2, seed=3, **strict),
         ),
         checks={
             "every_job_profiled": lambda jobs: all(_profiled(j) for j, _ in jobs),
             "every_job_estimated": lambda jobs: all(_estimated(j) for j, _ in jobs),
-            "selector_ran_profiled_job_at_full_size": lambda jobs: any(
-                _full_size_after_profiling(j, t) for j, t in jobs
-            ),
+            "joint_allocation_runs_all_three": _all_at_full_size_together,
         },
-        story="each job is profiled on at most 2 GPUs, then estimated (mlsched describe) and "
-        "placed by the Selector; the 4-GPU job runs at full size after its 2-GPU profile",
+        story="each job is profiled on at most 2 GPUs, then estimated (mlsched describe); the "
+        "MILP gives the 3-GPU jobs 2+1-GPU allocations so that all three run at once, where "
+        "rounding each up to a 4-GPU cell would leave one waiting",
     )
 
 
