@@ -315,7 +315,10 @@ def run_ray(
         raise SweepError("--ray needs Ray: pip install -c constraints.txt -e '.[sweep]'") from None
     started = not ray.is_initialized()
     if started:
-        ray.init(address=address)
+        try:
+            ray.init(address=address)
+        except Exception as exc:  # no cluster there, a version mismatch...
+            raise SweepError(f"--ray {address}: {type(exc).__name__}: {exc}") from None
     try:
         task = ray.remote(num_cpus=1)(run_cell_task)
         pending = {task.remote(cell, options): cell for cell in cells}
