@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -99,6 +100,7 @@ def test_controller_help_lists_the_policies_and_the_default():
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, "COLUMNS": "1000"},  # no line breaks inside policy names
     ).stdout
     flat = " ".join(out.split())
     for name in available_policies():
