@@ -486,6 +486,8 @@ def _make_room(
     for view in snapshot.active:
         if view.id in leaving:
             _give_back(free, view.placement)
+    for view in snapshot.busy:  # suspended or cancelled earlier: their GPUs are on their way
+        _give_back(free, view.placement)
     requests = [_request(c.view, ch) for c, ch in slo]
     yielding: list[_Candidate] = []
     movable = sorted((c for c in kept if c.phase != "slo"), key=lambda c: c.estimate.reward)
