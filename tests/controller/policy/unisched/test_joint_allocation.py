@@ -13,9 +13,9 @@ import random
 import pytest
 
 from controller.policy import make_policy
-from controller.policy.base import ClusterSnapshot, JobView
+from controller.policy.base import ClusterSnapshot
 from controller.policy.unisched import UniSchedConfig, UniSchedPolicy
-from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState, SpeedSample
+from mlsched.model import Deadline, JobClass, JobState
 from simulator.engine import ClusterShape, SimConfig, Simulation
 from simulator.jobmodel import TraceJobModel
 from simulator.metrics import compute_metrics
@@ -100,45 +100,18 @@ def test_unisched_never_misses_more_than_fifo_or_edf_on_held_out_cases(seed):
 # --- the cached solution (§III-C4) -----------------------------------------------------------
 
 
-def _view(name: str, gpus: int, **kw) -> JobView:
-    spec = JobSpec(
-        name=name,
-        command=("train",),
-        gpus=gpus,
-        stopping=IterationStop(1000),
-        job_class=kw.pop("job_class", JobClass.STRICT_SLO),
-        deadlines=kw.pop("deadlines", (Deadline(1900.0, 100.0),)),
-    )
-    values = dict(
-        id=name,
-        user="u",
-        spec=spec,
-        state=JobState.SUSPENDED,
-        submit_time=0.0,
-        queued_since=0.0,
-        attempt=1,
-        suspensions=1,
-        # what a 2-GPU one-node profiling run reports: T_iter 1.1 s, T_comp 1.0 s
-        speed_samples=(SpeedSample(2, 1, 1.1, 1.0),),
-        sr_overhead_s=10.0,
-    )
-    values.update(kw)
-    return JobView(**values)
-
-
-def test_the_cached_solution_keeps_each_jobs_previous_allocation(monkeypatch):
+def test_the_cached_solution_keeps_each_jobs_previous_allocation(make_job, monkeypatch):
     import controller.policy.unisched.policy as module
     from controller.placement import TaskPlacement
 
     nodes = {"a": 8, "b": 8, "c": 8, "d": 2}
-    queued = [_view(f"s{i}", 6) for i in range(4)]
+    queued = [make_job(f"s{i}", state=JobState.SUSPENDED, suspensions=1) for i in range(4)]
 
     def boundary(now: float) -> ClusterSnapshot:
-        small = _view(
+        small = make_job(
             "small",
-            1,
-            job_class=JobClass.BEST_EFFORT,
-            deadlines=(),
+            JobClass.BEST_EFFORT,
+            gpus=1,
             state=JobState.RUNNING,
             placement=(TaskPlacement(0, "d", (0,)),),
             lease_expires_at=now,

@@ -8,40 +8,22 @@ import pytest
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, JobView
 from controller.policy.unisched import UniSchedPolicy
-from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState, SpeedSample
+from mlsched.model import JobClass, JobState
 
 
-def view(name: str, job_class: JobClass, **kw) -> JobView:
-    deadlines = () if job_class is JobClass.BEST_EFFORT else (Deadline(90_000.0, 100.0),)
-    spec = JobSpec(
-        name=name,
-        command=("train",),
-        gpus=2,
-        stopping=IterationStop(1000),
-        job_class=job_class,
-        deadlines=deadlines,
-    )
-    values = dict(
-        id=name,
-        user="u",
-        spec=spec,
-        state=JobState.SUSPENDED,
-        submit_time=0.0,
-        queued_since=0.0,
-        attempt=1,
-        suspensions=1,
-        speed_samples=(SpeedSample(2, 1, 1.1, 1.0),),
-        sr_overhead_s=10.0,
-    )
-    values.update(kw)
-    return JobView(**values)
+def view(make_job, name: str, job_class: JobClass, **kw) -> JobView:
+    """A profiled 2-GPU job, SUSPENDED unless told, with a deadline far away."""
+    kw.setdefault("state", JobState.SUSPENDED)
+    return make_job(name, job_class, deadline=90_000.0, gpus=2, suspensions=1, **kw)
 
 
-def lease_end(now: float, job_class: JobClass) -> float:
+def lease_end(make_job, now: float, job_class: JobClass) -> float:
     """Where the lease of a job the policy starts at ``now`` ends."""
     policy = UniSchedPolicy()
     policy.decide(ClusterSnapshot.of(0.0, {"a": 8}))  # past the first cycle: fills from now on
-    decision = policy.decide(ClusterSnapshot.of(now, {"a": 8}, queued=[view("j", job_class)]))
+    decision = policy.decide(
+        ClusterSnapshot.of(now, {"a": 8}, queued=[view(make_job, "j", job_class)])
+    )
     [launch] = decision.launch
     return now + launch.lease_s
 
@@ -55,18 +37,19 @@ def lease_end(now: float, job_class: JobClass) -> float:
         (299.9999999999, 600.0),  # a clock a hair short of a boundary is on it
     ],
 )
-def test_best_effort_leases_end_on_the_be_grid(now, end):
-    assert lease_end(now, JobClass.BEST_EFFORT) == pytest.approx(end)
+def test_best_effort_leases_end_on_the_be_grid(make_job, now, end):
+    assert lease_end(make_job, now, JobClass.BEST_EFFORT) == pytest.approx(end)
 
 
 @pytest.mark.parametrize(("now", "end"), [(0.0, 600.0), (300.0, 600.0), (460.0, 1200.0)])
-def test_slo_leases_end_on_the_slo_grid(now, end):
-    assert lease_end(now, JobClass.STRICT_SLO) == pytest.approx(end)
+def test_slo_leases_end_on_the_slo_grid(make_job, now, end):
+    assert lease_end(make_job, now, JobClass.STRICT_SLO) == pytest.approx(end)
 
 
-def test_renewals_at_a_boundary_run_to_the_next_boundary_of_their_grid():
+def test_renewals_at_a_boundary_run_to_the_next_boundary_of_their_grid(make_job):
     running = [
         view(
+            make_job,
             name,
             job_class,
             state=JobState.RUNNING,

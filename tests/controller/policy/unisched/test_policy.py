@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 
 from controller.placement import TaskPlacement
-from controller.policy.base import ClusterSnapshot, JobView
+from controller.policy.base import ClusterSnapshot
 from controller.policy.unisched import UniSchedConfig, UniSchedPolicy
-from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState, SpeedSample
+from mlsched.model import JobClass, JobState, SpeedSample
 
 # What a 2-GPU one-node profiling run reports (§III-B1): T_comp 1 s, T1 0.1 s; T2 is the
 # stated prior 1.5 * T1 = 0.15 s until a multi-node run measures it. 1000 iterations of a 6-GPU
@@ -17,38 +17,12 @@ PROFILE = (SpeedSample(2, 1, 1.1, 1.0),)
 NODES = {"a": 8, "b": 8, "c": 8}
 
 
-def job(name, job_class=JobClass.STRICT_SLO, deadline=1900.0, gpus=6, samples=PROFILE, **kw):
-    deadlines = () if job_class is JobClass.BEST_EFFORT else (Deadline(deadline, 100.0),)
-    spec = JobSpec(
-        name=name,
-        command=("train",),
-        gpus=gpus,
-        stopping=IterationStop(1000),
-        job_class=job_class,
-        deadlines=deadlines,
-    )
-    values = dict(
-        id=name,
-        user="u",
-        spec=spec,
-        state=JobState.PENDING,
-        submit_time=0.0,
-        queued_since=0.0,
-        attempt=1,
-        suspensions=0,
-        speed_samples=samples,
-        sr_overhead_s=10.0,
-    )
-    values.update(kw)
-    return JobView(**values)
-
-
 def launched(decision):
     return {launch.job_id: launch for launch in decision.launch}
 
 
-def test_four_6gpu_slo_jobs_on_three_nodes_all_start_where_roundup_starts_three():
-    snapshot = ClusterSnapshot.of(0.0, NODES, queued=[job(f"j{i}") for i in range(4)])
+def test_four_6gpu_slo_jobs_on_three_nodes_all_start_where_roundup_starts_three(make_job):
+    snapshot = ClusterSnapshot.of(0.0, NODES, queued=[make_job(f"j{i}") for i in range(4)])
     joint = UniSchedPolicy().decide(snapshot)
     roundup = UniSchedPolicy(UniSchedConfig(placement="roundup")).decide(snapshot)
     assert set(launched(joint)) == {"j0", "j1", "j2", "j3"}
@@ -70,15 +44,15 @@ def test_four_6gpu_slo_jobs_on_three_nodes_all_start_where_roundup_starts_three(
         assert estimate.remaining_s <= 1900.0
 
 
-def test_three_slo_jobs_and_one_best_effort_job_all_run():
-    queued = [job(f"s{i}") for i in range(3)] + [job("be", JobClass.BEST_EFFORT)]
+def test_three_slo_jobs_and_one_best_effort_job_all_run(make_job):
+    queued = [make_job(f"s{i}") for i in range(3)] + [make_job("be", JobClass.BEST_EFFORT)]
     decision = UniSchedPolicy().decide(ClusterSnapshot.of(0.0, NODES, queued=queued))
     assert set(launched(decision)) == {"s0", "s1", "s2", "be"}
     assert launched(decision)["be"].lease_s == 300.0  # BE lease
 
 
-def test_new_job_is_profiled_on_at_most_two_gpus_then_resized():
-    new = job("new", JobClass.BEST_EFFORT, samples=(), sr_overhead_s=None)
+def test_new_job_is_profiled_on_at_most_two_gpus_then_resized(make_job):
+    new = make_job("new", JobClass.BEST_EFFORT, samples=(), sr_overhead_s=None)
     decision = UniSchedPolicy().decide(ClusterSnapshot.of(0.0, NODES, queued=[new]))
     [launch] = decision.launch
     assert sum(len(p.gpu_indices) for p in launch.placement) == 2
@@ -97,27 +71,27 @@ def test_new_job_is_profiled_on_at_most_two_gpus_then_resized():
     assert [s.job_id for s in later.suspend] == ["new"]
 
 
-def test_profiling_a_job_larger_than_a_node_spans_two_nodes():
-    big = job("big", JobClass.BEST_EFFORT, gpus=16, samples=())
+def test_profiling_a_job_larger_than_a_node_spans_two_nodes(make_job):
+    big = make_job("big", JobClass.BEST_EFFORT, gpus=16, samples=())
     decision = UniSchedPolicy().decide(ClusterSnapshot.of(0.0, NODES, queued=[big]))
     [launch] = decision.launch
     assert len(launch.placement) == 2
     assert len({p.node_id for p in launch.placement}) == 2
 
 
-def test_slo_job_with_slack_yields_to_best_effort_when_its_deadline_stays_safe():
+def test_slo_job_with_slack_yields_to_best_effort_when_its_deadline_stays_safe(make_job):
     # one 8-GPU node; the SLO job needs 3 terms and has 20: it can wait one lease
-    slo = job("slo", deadline=20 * 600.0, gpus=8)
-    be = job("be", JobClass.BEST_EFFORT, gpus=8)
+    slo = make_job("slo", deadline=20 * 600.0, gpus=8)
+    be = make_job("be", JobClass.BEST_EFFORT, gpus=8)
     snapshot = ClusterSnapshot.of(0.0, {"a": 8}, queued=[slo, be])
     decision = UniSchedPolicy().decide(snapshot)
     assert set(launched(decision)) == {"be"}
     assert decision.estimates["slo"].allocation == ""
 
 
-def test_expired_lease_is_renewed_or_suspended():
+def test_expired_lease_is_renewed_or_suspended(make_job):
     placement = (TaskPlacement(0, "a", tuple(range(8))),)
-    running = job(
+    running = make_job(
         "run",
         JobClass.BEST_EFFORT,
         gpus=8,
@@ -126,7 +100,7 @@ def test_expired_lease_is_renewed_or_suspended():
         lease_expires_at=300.0,
         running_since=0.0,
     )
-    urgent = job("urgent", deadline=1900.0, gpus=8)
+    urgent = make_job("urgent", deadline=1900.0, gpus=8)
     alone = UniSchedPolicy().decide(ClusterSnapshot.of(300.0, {"a": 8}, active=[running]))
     assert [r.job_id for r in alone.renew] == ["run"]
     contested = UniSchedPolicy().decide(
@@ -141,11 +115,11 @@ def test_unknown_solver_is_a_clear_error():
         UniSchedConfig(solver="gurobi")
 
 
-def test_solver_without_an_answer_falls_back_to_the_cached_solution(monkeypatch):
+def test_solver_without_an_answer_falls_back_to_the_cached_solution(make_job, monkeypatch):
     import controller.policy.unisched.policy as module
 
     placement = (TaskPlacement(0, "a", tuple(range(8))),)
-    running = job(
+    running = make_job(
         "run",
         JobClass.BEST_EFFORT,
         gpus=8,
@@ -156,7 +130,7 @@ def test_solver_without_an_answer_falls_back_to_the_cached_solution(monkeypatch)
     )
     monkeypatch.setattr(module, "solve", lambda *args, **kwargs: None)
     decision = UniSchedPolicy(UniSchedConfig(isolate_solver=False)).decide(
-        ClusterSnapshot.of(300.0, {"a": 8}, active=[running], queued=[job("q", gpus=8)])
+        ClusterSnapshot.of(300.0, {"a": 8}, active=[running], queued=[make_job("q", gpus=8)])
     )
     assert [r.job_id for r in decision.renew] == ["run"]  # nothing cached: keep what runs
     assert decision.suspend == () and decision.launch == ()
