@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from controller.placement import TaskPlacement
 
@@ -74,6 +75,11 @@ def free_cells(free: Mapping[str, Sequence[int]], levels: int) -> list[int]:
 
 def node_cells(indices: Sequence[int], levels: int) -> list[tuple[int, int]]:
     """Maximal aligned free cells of one node as (level, first index), largest first."""
+    return list(_node_cells(tuple(sorted(indices)), levels))
+
+
+@lru_cache(maxsize=4096)  # a pure function of a node's free indices: few distinct ones recur
+def _node_cells(indices: tuple[int, ...], levels: int) -> tuple[tuple[int, int], ...]:
     remaining = set(indices)
     cells: list[tuple[int, int]] = []
     for level in range(levels - 1, -1, -1):
@@ -82,7 +88,7 @@ def node_cells(indices: Sequence[int], levels: int) -> list[tuple[int, int]]:
             if start % size == 0 and all(start + i in remaining for i in range(size)):
                 cells.append((level, start))
                 remaining.difference_update(range(start, start + size))
-    return cells
+    return tuple(cells)
 
 
 def consolidation_feasible(requested: Sequence[int], free: Sequence[int]) -> bool:
