@@ -37,7 +37,7 @@ def pins(lines):
 pinned = pins(open(sys.argv[1]))
 newest = pins(os.environ["NEWEST"].splitlines())
 moved = [
-    f"  {name}: {pinned.get(name, '(not pinned)')} -> {newest.get(name, '(gone)')}"
+    f"  {name}: {pinned.get(name, '(not pinned)')} -> {newest.get(name, '(not installed: an extra outside dev)')}"
     for name in sorted(set(pinned) | set(newest))
     if pinned.get(name) != newest.get(name)
 ]
