@@ -25,20 +25,14 @@ DEFAULT_TRACE = DATA / "chronus_philly" / "trace_job_Philly_MIX2.csv"
 def run_one(trace: Path, policy: str, cluster: str) -> dict[str, object]:
     """Load, simulate and report one policy in this process."""
     from controller.policy import make_policy
-    from simulator.cli import job_model, parse_cluster, warn_missing_table
+    from simulator.cli import parse_cluster, philly_job_model
     from simulator.engine import SimConfig, Simulation
     from simulator.metrics import compute_metrics
     from simulator.trace import load_philly
 
     started = time.perf_counter()
     jobs = load_philly(trace, zero_gpu="one")
-    # The speed model `mlsched simulate` would pick for this trace (the table beside it, or
-    # Eq. 2 defaults with a warning).
-    options = argparse.Namespace(
-        trace=trace, model_info=None, format="philly", seed=0, default_model=None
-    )
-    model = job_model(options)
-    warn_missing_table(options, model, "simulate_trace")
+    model = philly_job_model(trace, "simulate_trace")
     loaded = time.perf_counter()
     result = Simulation(jobs, make_policy(policy), parse_cluster(cluster), model, SimConfig()).run()
     metrics = compute_metrics(result)

@@ -22,18 +22,16 @@ DEFAULT_TRACE = DATA / "chronus_philly" / "trace_job_Philly_MIX2.csv"
 
 def run(trace: Path, policy_name: str, cluster: str, limit: int | None) -> dict[str, object]:
     from controller.policy import make_policy
-    from simulator.cli import job_model, parse_cluster
+    from simulator.cli import parse_cluster, philly_job_model
     from simulator.engine import SimConfig, Simulation
     from simulator.metrics import compute_metrics
     from simulator.trace import load_philly
 
     jobs = load_philly(trace, zero_gpu="one")[: limit or None]
-    options = argparse.Namespace(
-        trace=trace, model_info=None, format="philly", seed=0, default_model=None
-    )
+    model = philly_job_model(trace, "unisched_vs_fifo")
     policy = make_policy(policy_name)
     started = time.perf_counter()
-    result = Simulation(jobs, policy, parse_cluster(cluster), job_model(options), SimConfig()).run()
+    result = Simulation(jobs, policy, parse_cluster(cluster), model, SimConfig()).run()
     wall = time.perf_counter() - started
     metrics = compute_metrics(result)
     be = metrics["jct_s"]["best_effort"]

@@ -35,7 +35,17 @@ import grpc
 from mlsched import render
 from mlsched.client import Client
 from mlsched.localcluster import ClusterTiming, LocalCluster
-from mlsched.model import Deadline, IterationStop, Job, JobClass, JobSpec, JobState, Task
+from mlsched.model import (
+    Deadline,
+    IterationStop,
+    Job,
+    JobClass,
+    JobSpec,
+    JobState,
+    ResumeRecord,
+    Task,
+    TaskState,
+)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NODES = ("node-a", "node-b")
@@ -87,34 +97,34 @@ def _spec(
 # --- what the checks look at ----------------------------------------------------------------
 
 
+def _moved(r: ResumeRecord) -> bool:
+    return bool(r.resumed_at) and bool(set(r.to_nodes) - set(r.from_nodes))
+
+
+def _exact(r: ResumeRecord) -> bool:
+    return r.restored_step is not None and r.restored_step == r.checkpoint_step > 0
+
+
 def resumed_elsewhere(job: Job) -> bool:
-    return any(r.resumed_at and set(r.to_nodes) - set(r.from_nodes) for r in job.resumes)
+    return any(_moved(r) for r in job.resumes)
 
 
 def exact_resume(job: Job) -> bool:
-    return any(
-        r.restored_step is not None and r.restored_step == r.checkpoint_step > 0
-        for r in job.resumes
-    )
+    return any(_exact(r) for r in job.resumes)
 
 
 def _exact_resume_elsewhere(job: Job) -> bool:
-    return any(
-        r.resumed_at
-        and set(r.to_nodes) - set(r.from_nodes)
-        and r.restored_step is not None
-        and r.restored_step == r.checkpoint_step > 0
-        for r in job.resumes
-    )
+    return any(_moved(r) and _exact(r) for r in job.resumes)
 
 
-def _running_on(tasks: list[Task]) -> set[str]:
-    return {t.node_id for t in tasks if t.state.value == "RUNNING"}
+def _running(tasks: list[Task]) -> list[Task]:
+    return [t for t in tasks if t.state is TaskState.RUNNING]
 
 
 def _spans(job: Job, tasks: list[Task]) -> bool:
     """Running on both nodes and trained at least one (synchronised DDP) step there."""
-    return job.state is JobState.RUNNING and len(_running_on(tasks)) > 1 and job.iteration > 0
+    nodes = {t.node_id for t in _running(tasks)}
+    return job.state is JobState.RUNNING and len(nodes) > 1 and job.iteration > 0
 
 
 def _named(jobs: JobList, name: str) -> list[tuple[Job, list[Task]]]:
@@ -158,7 +168,7 @@ def _estimated(job: Job) -> bool:
 
 
 def _held_gpus(tasks: list[Task]) -> int:
-    return sum(len(t.gpu_indices) for t in tasks if t.state.value == "RUNNING")
+    return sum(len(t.gpu_indices) for t in _running(tasks))
 
 
 def _all_at_full_size_together(jobs: JobList) -> bool:

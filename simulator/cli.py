@@ -251,6 +251,18 @@ def warn_missing_table(args: argparse.Namespace, model: TraceJobModel, prog: str
         print(f"{prog}: {warning}", file=sys.stderr)
 
 
+def philly_job_model(trace: Path, prog: str) -> TraceJobModel:
+    """The job model ``mlsched simulate`` picks for a Philly trace with default options (the
+    table beside it, else Eq. 2 defaults with the warning): for scripts that load traces
+    themselves."""
+    args = argparse.Namespace(
+        trace=trace, model_info=None, format="philly", seed=0, default_model=None
+    )
+    model = job_model(args)
+    warn_missing_table(args, model, prog)
+    return model
+
+
 @dataclass(frozen=True)
 class PreparedRun:
     """What every policy of one (trace, cluster, density) run shares."""
