@@ -113,7 +113,10 @@ def run_controller(args: argparse.Namespace) -> int:
             suspend_grace_s=args.suspend_grace,
         ),
     )
-    controller = Controller(config)
+    try:
+        controller = Controller(config)
+    except ValueError as exc:  # a policy that cannot run live
+        raise SystemExit(f"mlsched: {exc}") from None
     controller.start()
     print(f"listening on {controller.address}", flush=True)
     for sig in (signal.SIGTERM, signal.SIGINT):

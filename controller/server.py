@@ -16,6 +16,7 @@ from controller.clock import Clock, SystemClock
 from controller.dispatch import AgentSessions
 from controller.jobs import JobOperations
 from controller.policy import Policy, make_policy
+from controller.policy.base import needs_job_truth
 from controller.policy.registry import DEFAULT_POLICY
 from controller.scheduler import Scheduler, SchedulerLoop
 from controller.servicer import AgentServicer, JobServicer
@@ -42,6 +43,12 @@ class Controller:
     def __init__(
         self, config: ControllerConfig, clock: Clock | None = None, policy: Policy | None = None
     ) -> None:
+        policy = policy or make_policy(config.policy)
+        if needs_job_truth(policy):
+            raise ValueError(
+                f"policy {policy.name!r} needs every job's true duration and speeds, which only"
+                " the simulator knows; it cannot schedule a live cluster"
+            )
         config.state_dir.mkdir(parents=True, exist_ok=True)
         self.config = config
         self.store = SqliteStore(config.state_dir / "controller.db")
@@ -49,9 +56,7 @@ class Controller:
         self.state = ControllerState(
             self.store, clock or SystemClock(), self.sessions.send, config.settings
         )
-        self.scheduler = Scheduler(
-            self.state, policy or make_policy(config.policy), disconnect=self.sessions.disconnect
-        )
+        self.scheduler = Scheduler(self.state, policy, disconnect=self.sessions.disconnect)
         self.loop = SchedulerLoop(self.scheduler, config.settings.cycle_s)
         self.ops = JobOperations(self.state)
         self.server = grpc.server(

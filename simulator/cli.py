@@ -160,8 +160,16 @@ def parse_cluster(text: str) -> ClusterShape:
 
 
 # UniSched without its SR-aware estimator, without its iteration estimator, with Chronus'
-# round-up placement (docs/unisched.md).
-UNISCHED_ABLATIONS = ("unisched-no-sr", "unisched-no-iter", "unisched-roundup")
+# round-up placement, with a static profiler, with a feasibility-only objective; and the
+# oracle bound (docs/unisched.md).
+UNISCHED_ABLATIONS = (
+    "unisched-no-sr",
+    "unisched-no-iter",
+    "unisched-roundup",
+    "unisched-static-profiler",
+    "unisched-feasible",
+    "oracle",
+)
 
 
 def parse_policies(text: str) -> list[str]:

@@ -34,7 +34,15 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 
 from controller.placement import TaskPlacement
-from controller.policy.base import ClusterSnapshot, Decision, JobView, NodeView, Policy
+from controller.policy.base import (
+    ClusterSnapshot,
+    Decision,
+    JobTruth,
+    JobView,
+    NodeView,
+    Policy,
+    needs_job_truth,
+)
 from controller.policy.mlfs.jobs import task_graph
 from mlsched.model import (
     IterationStop,
@@ -185,6 +193,7 @@ class _Job:
             "losses": (),
             "migration_requested": False,
             "resource_usage": _NO_METRICS,
+            "truth": None,
         }
         self.state = JobState.PENDING
         self.work = work
@@ -238,6 +247,9 @@ class Simulation:
         self._progress = progress
         ordered = sorted(jobs, key=lambda j: j.submit_s)
         self._jobs = [_Job(t, model.work_s(t), self._target(t)) for t in ordered]
+        if needs_job_truth(policy):
+            for job in self._jobs:
+                job.fields["truth"] = self._truth(job, shape.gpus_per_node)
         self._free = {f"n{i:03d}": set(range(shape.gpus_per_node)) for i in range(shape.nodes)}
         self._all_gpus = tuple(range(shape.gpus_per_node))
         self._node_views: dict[str, NodeView] = {}
@@ -265,6 +277,20 @@ class Simulation:
             total_gpus=shape.total_gpus,
             records=[j.record for j in self._jobs],
         )
+
+    def _truth(self, job: _Job, node_gpus: int) -> JobTruth:
+        """What an oracle knows at submission: the iteration the job stops at, its iteration
+        time on every spread from its consolidated node count to one node more than that,
+        and its suspend plus resume overhead."""
+        gpus = job.trace.gpus
+        least = -(-gpus // node_gpus)
+        times = {
+            (gpus, nodes): self._model.iteration_time(job.trace, gpus, nodes)[0]
+            for nodes in range(least, min(gpus, least + 1) + 1)
+        }
+        sr = self._model.suspend_s(job.trace, gpus) + self._model.resume_s(job.trace, gpus)
+        iterations = max(1, round(job.work * job.iteration_scale))
+        return JobTruth(iterations, times, sr)
 
     def _target(self, trace: TraceJob) -> float | None:
         """The accuracy a performance-based job stops at (the model's metric at the end of its

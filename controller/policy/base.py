@@ -26,6 +26,26 @@ from mlsched.model import JobClass, JobEstimate, JobSpec, JobState, SpeedSample
 
 
 @dataclass(frozen=True)
+class JobTruth:
+    """A job's true future, known at submission only in a simulation: the iteration it stops
+    at, its iteration time on each allocation shape ``(gpus, nodes)``, and its suspend plus
+    resume overhead."""
+
+    iterations: int
+    iteration_time_s: Mapping[tuple[int, int], float]
+    sr_overhead_s: float
+
+    def iteration_time(self, gpus: int, nodes: int) -> float | None:
+        """T_iter on ``gpus`` GPUs over ``nodes`` nodes (the widest known spread past the
+        table); None for a GPU count the table does not hold."""
+        exact = self.iteration_time_s.get((gpus, nodes))
+        if exact is not None:
+            return exact
+        spread = [t for (g, n), t in self.iteration_time_s.items() if g == gpus and n < nodes]
+        return max(spread) if spread else None
+
+
+@dataclass(frozen=True)
 class JobView:
     """What a policy may know about a job."""
 
@@ -57,6 +77,9 @@ class JobView:
     losses: tuple[float, ...] = ()
     migration_requested: bool = False
     resource_usage: Mapping[str, float] = field(default_factory=dict)
+    # What only a simulator knows (None live): for policies that declare ``needs_job_truth``
+    # (the ``oracle`` bound of UniSched, issue 9).
+    truth: JobTruth | None = None
 
     @property
     def gpus(self) -> int:
@@ -195,3 +218,9 @@ class Policy(Protocol):
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         """Choose launches, renewals and suspensions for this scheduling cycle."""
         ...
+
+
+def needs_job_truth(policy: object) -> bool:
+    """Whether a policy needs :attr:`JobView.truth`, which only a simulator can fill (a
+    policy says so with a true ``needs_job_truth`` attribute)."""
+    return bool(getattr(policy, "needs_job_truth", False))

@@ -39,6 +39,16 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "unisched-roundup": lambda: UniSchedPolicy(
         UniSchedConfig(placement="roundup"), "unisched-roundup"
     ),
+    # Fig. 9(a): two nodes only profile, outside the MILP; Fig. 10(b): the solver's first
+    # feasible solution instead of the reward-maximising one.
+    "unisched-static-profiler": lambda: UniSchedPolicy(
+        UniSchedConfig(static_profile_nodes=2), "unisched-static-profiler"
+    ),
+    "unisched-feasible": lambda: UniSchedPolicy(
+        UniSchedConfig(objective="feasible"), "unisched-feasible"
+    ),
+    # The limit: true durations and speeds known at submission (simulator only, issue 9)
+    "oracle": lambda: UniSchedPolicy(UniSchedConfig(oracle=True, profiling=False), "oracle"),
 }
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from controller.policy import available_policies
 from mlsched.cli import main
+from simulator.cli import UNISCHED_ABLATIONS
 from simulator.trace import ColumnMapping
 
 HEADER = (
@@ -409,7 +410,7 @@ def test_unisched_and_its_ablations_complete_every_job(tmp_path, capsys):
     assert code == 0, err
     metrics = json.loads(out_json.read_text())
     assert metrics.pop("speed_model")["kind"] == "table"
-    assert list(metrics) == ["unisched", "unisched-no-sr", "unisched-no-iter", "unisched-roundup"]
+    assert list(metrics) == ["unisched", *UNISCHED_ABLATIONS]
     assert all(m["jobs_completed"] == m["jobs_total"] == 8 for m in metrics.values())
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import simulator.sweep as sweep
 from mlsched.cli import build_parser, main
+from simulator.cli import UNISCHED_ABLATIONS
 from simulator.sweep import Cell, build_grid, cell_key
 
 HEADER = (
@@ -123,9 +124,7 @@ def test_repeated_flags_defaults_and_ablations(tmp_path):
     assert grid.policies == (
         "fifo",
         "edf",
-        "unisched-no-sr",
-        "unisched-no-iter",
-        "unisched-roundup",
+        *UNISCHED_ABLATIONS,
     )
     assert grid.options["seed"] == 0 and grid.options["lease_seconds"] == 300.0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SOLVERS = ("cbc", "highs")
+OBJECTIVES = ("reward", "feasible")
 PLACEMENTS = ("joint", "roundup")
 
 
@@ -25,6 +26,13 @@ class UniSchedConfig:
     allocation. ``isolate_solver``: run the MILP in a child process, so that a crash or hang of
     the native solver costs a cycle (the cached solution), not the process
     (:mod:`controller.policy.unisched.isolated`).
+
+    ``oracle``: the limit, not a scheduler: every job's true iterations, speeds and t_sr are
+    known at submission (``JobView.truth``, filled by the simulator only), and nothing is
+    profiled. ``objective="feasible"``: the solver stops at its first feasible solution
+    instead of maximising Eq. 4 (Fig. 10b). ``static_profile_nodes``: that many nodes (the
+    last by id) only profile, first come first served, outside the MILP (Fig. 9a's static
+    profiler; the paper uses 2); 0 plans profiling jobs in the MILP as §III-C does.
     """
 
     be_lease_s: float | None = None
@@ -40,6 +48,9 @@ class UniSchedConfig:
     iteration_estimator: bool = True
     placement: str = "joint"
     isolate_solver: bool = True
+    oracle: bool = False
+    objective: str = "reward"
+    static_profile_nodes: int = 0
 
     def __post_init__(self) -> None:
         if self.be_lease_s is not None and not self.be_lease_s > 0:
@@ -54,6 +65,14 @@ class UniSchedConfig:
             raise ValueError(
                 f"unknown placement {self.placement!r}; valid: {', '.join(PLACEMENTS)}"
             )
+        if self.objective not in OBJECTIVES:
+            raise ValueError(
+                f"unknown objective {self.objective!r}; valid: {', '.join(OBJECTIVES)}"
+            )
+        if self.static_profile_nodes < 0:
+            raise ValueError(f"static_profile_nodes must be >= 0, got {self.static_profile_nodes}")
+        if self.oracle and (self.profiling or self.static_profile_nodes):
+            raise ValueError("the oracle profiles nothing: set profiling=False")
         if not self.time_limit_s > 0:
             raise ValueError(f"time_limit_s must be positive, got {self.time_limit_s}")
         if self.default_t_sr_s < 0 or self.inter_node_ratio <= 0:

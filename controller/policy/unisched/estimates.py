@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from controller.estimator.duration import duration_s
 from controller.estimator.speed import SpeedModel, fit_speed_model
 from controller.estimator.sr import sr_overhead_best_effort, sr_overhead_slo
-from controller.policy.base import JobView
+from controller.policy.base import JobTruth, JobView
 from controller.policy.unisched.config import UniSchedConfig
 
 
@@ -18,16 +18,30 @@ class JobEstimator:
 
     view: JobView
     remaining_iterations: float
-    speed: SpeedModel | None
+    speed: SpeedModel | JobTruth | None  # the oracle's truth has the same iteration_time
     t_sr: float  # measured combined suspend + resume overhead, or the default
     config: UniSchedConfig
 
     @classmethod
     def of(cls, view: JobView, iterations: int, config: UniSchedConfig) -> JobEstimator:
+        if config.oracle:
+            return cls.known(view, config)
         speed = fit_speed_model(view.speed_samples, config.inter_node_ratio)
         t_sr = view.sr_overhead_s if view.sr_overhead_s is not None else config.default_t_sr_s
         remaining = max(1.0, iterations - view.iteration)
         return cls(view, remaining, speed, t_sr, config)
+
+    @classmethod
+    def known(cls, view: JobView, config: UniSchedConfig) -> JobEstimator:
+        """The oracle's estimate: the job's true iterations, speeds and overhead."""
+        truth = view.truth
+        if truth is None:
+            raise ValueError(
+                f"job {view.id}: the oracle needs the job's true duration and speeds"
+                " (JobView.truth), which only the simulator fills"
+            )
+        remaining = max(1.0, truth.iterations - view.iteration)
+        return cls(view, remaining, truth, truth.sr_overhead_s, config)
 
     def iteration_time(self, gpus: int, nodes: int) -> float | None:
         return None if self.speed is None else self.speed.iteration_time(gpus, nodes)

@@ -66,6 +66,9 @@ class MilpProblem:
     # GPUs held in term k (k = 1..horizon-1, index k-1) by SLO jobs on unexpired leases, which
     # keep running until they finish: capacity the candidates cannot plan on.
     reserved: tuple[float, ...] = ()
+    # Stop at the solver's first feasible solution instead of maximising Eq. 4 (the
+    # feasibility-only ablation of Fig. 10b).
+    first_feasible: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,7 +147,10 @@ def solve(
         model += mip.xsum(used) <= max(0.0, problem.total_gpus - taken)
     model.objective = mip.maximize(mip.xsum(objective))
     built = time.perf_counter()
-    status = model.optimize(max_seconds=time_limit_s)
+    if problem.first_feasible:
+        status = model.optimize(max_seconds=time_limit_s, max_solutions=1)
+    else:
+        status = model.optimize(max_seconds=time_limit_s)
     solved = time.perf_counter()
     if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
         return None

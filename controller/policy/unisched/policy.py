@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from controller.estimator.duration import predicted_iterations
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
+from controller.policy.unisched import static_profiler
 from controller.policy.unisched.cells import (
     Allocation,
     CellPool,
@@ -88,14 +89,54 @@ class UniSchedPolicy:
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
         self.boundary_cycles = 0  # cycles at lease boundaries (the MILP's, solved or not)
         self._worker = IsolatedSolver() if self.config.isolate_solver else None
+        self.needs_job_truth = self.config.oracle  # the simulator fills JobView.truth
 
     # --- the cycle --------------------------------------------------------------------------
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         if not snapshot.nodes:
             return Decision()
+        if self.config.static_profile_nodes:
+            return self._with_static_profiler(snapshot)
+        return self._decide(snapshot)
+
+    def _decide(self, snapshot: ClusterSnapshot) -> Decision:
         if snapshot.expired() or self._last is None:
             return self._boundary(snapshot)
         return self._fill(snapshot)
+
+    def _with_static_profiler(self, snapshot: ClusterSnapshot) -> Decision:
+        """Fig. 9(a)'s static profiler: the reserved nodes profile jobs first come first
+        served; the MILP schedules everything else on the other nodes."""
+        reserved = static_profiler.reserved_nodes(snapshot, self.config.static_profile_nodes)
+        if not reserved:  # a cluster of one or two nodes: nothing set aside
+            return self._decide(snapshot)
+        profiling = tuple(v for v in snapshot.queued if self._phase(v) == "profiling")
+        main = static_profiler.execution_part(snapshot, reserved, profiling)
+        decision = self._decide(main) if main.queued or main.active else Decision()
+        be, slo = self._leases(snapshot)
+        levels = top_level(max(len(n.gpu_indices) for n in snapshot.nodes)) + 1
+        renew: list[Renew] = []
+        suspend: list[Suspend] = []
+        for view in snapshot.expired():
+            if not static_profiler.on_nodes(view, reserved):
+                continue
+            if view.speed_samples:
+                suspend.append(Suspend(view.id, "profiling done"))
+            else:  # slow to start: profile on
+                renew.append(Renew(view.id, self._lease_for("profiling", be, slo, snapshot.now)))
+        free = {n: ids for n, ids in snapshot.free_gpus().items() if n in reserved}
+        pool = CellPool.of(free, levels)
+        launch: list[Launch] = []
+        for view in profiling:
+            choice = self._choices(view, "profiling", levels)[0]
+            if choice.spread and len(reserved) < 2:  # one profiling node: T1 measured there
+                choice = _Choice(allocations(choice.gpus, levels)[0], 1, choice.gpus)
+            placed = pool.place_all([_request(view, choice)])
+            if view.id in placed:
+                lease = self._lease_for("profiling", be, slo, snapshot.now)
+                launch.append(Launch(view.id, placed[view.id], lease))
+        profiler = Decision(launch=tuple(launch), renew=tuple(renew), suspend=tuple(suspend))
+        return static_profiler.merge(decision, profiler)
 
     def _leases(self, snapshot: ClusterSnapshot) -> tuple[float, float]:
         be = self.config.be_lease_s or snapshot.default_lease_s
@@ -139,6 +180,7 @@ class UniSchedPolicy:
             total_gpus=sum(len(n.gpu_indices) for n in snapshot.nodes),
             horizon=self.config.horizon,
             reserved=self._reserved(fixed_views, slo),
+            first_feasible=self.config.objective == "feasible",
         )
         solution = self._solve(problem)
         if solution is None:
@@ -307,6 +349,8 @@ class UniSchedPolicy:
         return found
 
     def _iterations(self, view: JobView) -> int:
+        if self.config.oracle and view.truth is not None:
+            return view.truth.iterations
         stop = view.spec.stopping
         if not isinstance(stop, TargetMetricStop) or not self.config.iteration_estimator:
             return predicted_iterations(stop, view.metric_history, self.config.iteration_estimator)
