@@ -12,18 +12,19 @@ the choices the paper leaves open. The mechanism:
   may add; ``L_i = ceil(padded / lease_s)`` leases remain to be guaranteed.
 * **Round-up allocation** (§4.3): an SLO job is planned and placed on the smallest buddy cell
   that holds it (3 GPUs -> a 4-GPU cell, 5-7 -> a node, more -> whole nodes), consolidated.
-* **Admission control** (§4.2): when an SLO job arrives, its ``L_i`` leases are packed, earliest
-  first, into the future leases that still have room for its rounded GPUs next to the plans of
-  the jobs admitted before it (those plans are kept, as the artifact keeps its cached
-  solutions). It is admitted for the earliest of its deadlines whose lease window holds the
-  plan (soft jobs fall back to later deadlines), else rejected: it then runs as best-effort
-  work and is never guaranteed.
+* **Admission control** (§4.2), as the artifact's fast check: when an SLO job arrives, its
+  ``L_i`` leases are packed *latest first*, from the last lease that ends by its *first*
+  deadline back towards the next lease, into the room the plans of the jobs admitted before it
+  leave (those plans are kept, as the artifact keeps its cached solutions). It is admitted if
+  they fit, else rejected: it then runs as best-effort work and is never guaranteed. A soft
+  job's later deadlines serve only when its plan is repaired.
 * **Time-aware lease scheduling** (§4.2): at each SLO lease boundary the admitted jobs planned
   for lease ``k`` are *guaranteed*: they get the lease (renewed in place or launched). Plans
   are repaired there: leases in the past are dropped, a job that needs fewer leases than it
-  holds gives up its earliest ones, one that needs more gets the earliest free ones before its
-  deadline (else it is *overdue*, first among opportunistic jobs, as the artifact's
-  force-guarantee of jobs past their estimate).
+  holds gives up its earliest ones, one that needs more gets the latest free ones before its
+  deadline (a soft job moves to a later deadline when that is the only way), else it is
+  *overdue*, first among opportunistic jobs, as the artifact's force-guarantee of jobs past
+  their estimate.
 * **Opportunistic running** (the artifact's spot resources): GPUs left over go, in order, to
   overdue jobs and *forced* rejected SLO jobs (those whose remaining time fits in the rest of
   the current lease get spot GPUs, as the artifact does every slot), then best-effort and
@@ -63,7 +64,6 @@ from mlsched.model import JobClass
 _EPS = 1e-6
 # Opportunistic tiers (smaller runs first); tier 0 is the guaranteed set of the current lease.
 GUARANTEED, URGENT, SPOT, SLACK, HOPELESS = 0, 1, 2, 3, 4
-MAX_REPACK = 1200  # admitted jobs re-planned at most (the artifact's MAX_SEARCH_JOB)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,6 @@ class ChronusConfig:
     profile_nodes: int = 0  # nodes reserved for profiling (the artifact profiles off-cluster)
     profile_s: float = 300.0  # one profiling run: one slot
     admission: bool = True  # False: admit every SLO job (no guarantee check; an ablation)
-    repack: bool = True  # re-plan every admitted job when the kept plans leave no room
 
     def __post_init__(self) -> None:
         if not (self.lease_s > 0 and self.slot_s > 0 and self.profile_s > 0):
@@ -114,6 +113,7 @@ class ChronusPolicy:
         self._known: set[str] = set()  # jobs seen (SLO or not) and given their admission
         self.admitted_ever: set[str] = set()
         self.rejected_ever: set[str] = set()
+        self.stats: dict[str, int] = {}  # rejections by cause (for reports)
 
     # --- the cycle --------------------------------------------------------------------------
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
@@ -155,6 +155,12 @@ class ChronusPolicy:
 
     # --- admission and plans (§4.2) ---------------------------------------------------------
     def _admit(self, view: JobView, start: int, capacity: int, levels: int) -> None:
+        """Admission control (§4.2) as the artifact's fast check (``batch_fast_check_if_packable``):
+        the newcomer's ``L`` leases are packed *latest first*, from the last lease that ends by
+        its *first* deadline back towards ``start``, into the room the kept plans leave. The
+        artifact lists one entry per deadline but checks each job once, on its least-laxity
+        entry, i.e. its first deadline: a soft job is admitted for its first deadline or not at
+        all (its later deadlines serve only when its plan is repaired)."""
         if view.job_class is JobClass.BEST_EFFORT or not view.spec.deadlines:
             return
         if view.estimated_remaining_s is None:  # admitted once profiled
@@ -167,53 +173,24 @@ class ChronusPolicy:
         self._slo[view.id] = state
         if not self.config.admission:
             ends = [max(end, start + need - 1) for end in ends]
+        st = self.stats
         if size <= capacity and ends:
-            plan = self._free_leases(start, ends[-1], size, capacity, need, ())
-            if len(plan) < need and self.config.repack:
-                plan = self._repack(state, need, ends[-1], start, capacity)
-            if len(plan) == need:
-                last = plan[-1] if plan else start - 1
-                target = next((f for f, end in enumerate(ends) if end >= last), len(ends) - 1)
-                state.admitted, state.target, state.last = True, target, ends[target]
+            last = ends[0]
+            plan = self._free_leases(start, last, size, capacity, need, ())
+            if len(plan) < need:  # by cause: the window alone, or the kept plans
+                cause = "rejected_window" if last - start + 1 < need else "rejected_full"
+                st[cause] = st.get(cause, 0) + 1
+            else:
+                state.admitted, state.target, state.last = True, 0, last
                 self._take(state, plan, size)
         (self.admitted_ever if state.admitted else self.rejected_ever).add(view.id)
 
-    def _repack(self, new: _Slo, need: int, last: int, start: int, capacity: int) -> list[int]:
-        """When the kept plans leave no room, plan every admitted job's future leases again
-        together with the newcomer (the artifact re-solves its MILP then): lease by lease from
-        ``start``, least laxity first (larger jobs first at equal laxity). Returns the
-        newcomer's leases (the others' plans are replaced) or [] when some job would miss."""
-        items = [
-            [st, st.size, st.last, sum(1 for i in st.plan if i >= start), []]
-            for st in self._slo.values()
-            if st.admitted and st.plan and st.plan[-1] >= start
-        ]
-        if len(items) > MAX_REPACK:
-            return []
-        items.append([new, new.size, last, need, []])
-        pending = [it for it in items if it[3] > 0]
-        j = start
-        while pending:
-            pending.sort(key=lambda it: (it[2] - j + 1 - it[3], -it[1]))
-            room = capacity
-            for it in pending:
-                if it[1] <= room:
-                    room -= it[1]
-                    it[3] -= 1
-                    it[4].append(j)
-            if any(it[3] > it[2] - j for it in pending):
-                return []
-            pending = [it for it in pending if it[3] > 0]
-            j += 1
-        for st, size, _, _, leases in items[:-1]:
-            self._give([i for i in st.plan if i >= start], size)
-            st.plan = [i for i in st.plan if i < start]
-            self._take(st, leases, size)
-        return items[-1][4]
-
     def _repair(self, view: JobView, state: _Slo, k: int, capacity: int, levels: int) -> None:
         """At boundary ``k``: drop past leases, give back extra ones (earliest first, as the
-        artifact), add missing ones before the deadline (earliest first)."""
+        artifact trims its cached solution), add missing ones latest first before the deadline;
+        a soft job that no longer fits before its deadline moves to the next deadline whose
+        window holds its plan (the artifact's re-solve picks one deadline entry per job, by
+        reward), else it is overdue."""
         size = _rounded(view.gpus, levels)
         state.plan = [i for i in state.plan if i >= k]
         need = self._need(view, levels)
@@ -222,24 +199,32 @@ class ChronusPolicy:
             self._give(state.plan[:extra], size)
             state.plan = state.plan[extra:]
         elif len(state.plan) < need:
-            more = self._free_leases(
-                k, state.last, size, capacity, need - len(state.plan), state.plan
-            )
+            missing = need - len(state.plan)
+            more = self._free_leases(k, state.last, size, capacity, missing, state.plan)
+            if len(more) < missing:
+                ends = [self._last_lease(view, d.seconds_after_submit) for d in _ordered(view)]
+                for target in range(state.target + 1, len(ends)):
+                    later = self._free_leases(k, ends[target], size, capacity, missing, state.plan)
+                    if len(later) == missing:
+                        state.target, state.last, more = target, ends[target], later
+                        break
             self._take(state, more, size)
         state.overdue = len(state.plan) < need
 
     def _free_leases(
         self, first: int, last: int, size: int, capacity: int, count: int, taken: Iterable[int]
     ) -> list[int]:
-        """Up to ``count`` leases in [first, last], earliest first, with ``size`` GPUs unplanned."""
+        """Up to ``count`` leases in [first, last] with ``size`` GPUs unplanned, latest first
+        (the artifact's packer walks each job's window from its last lease back), ascending."""
         skip = set(taken)
         found: list[int] = []
         planned = self._planned
-        for i in range(first, last + 1):
+        for i in range(last, first - 1, -1):
             if len(found) == count:
                 break
             if i not in skip and planned.get(i, 0) + size <= capacity:
                 found.append(i)
+        found.reverse()
         return found
 
     def _take(self, state: _Slo, leases: list[int], size: int) -> None:

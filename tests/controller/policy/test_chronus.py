@@ -3,6 +3,7 @@
 Leases: SLO 1200 s, best-effort slot 300 s. A job's leases to guarantee are
 ``ceil(rem * 1.1 * (1 + 30 * (1 + log2 g) / 1200) / 1200)``; e.g. 1000 s on 4 GPUs:
 1000 * 1.1 * 1.075 = 1182.5 s -> 1 lease; 1000 s on 8 GPUs: 1100 * 1.1 = 1210 s -> 2 leases.
+Plans take the latest free leases before the first deadline (the artifact's fast check).
 """
 
 from __future__ import annotations
@@ -75,31 +76,52 @@ def test_a_rejected_job_that_fits_in_the_rest_of_the_lease_gets_spot_gpus(waitin
     assert [item.job_id for item in decision.launch] == ["a"]
 
 
-def test_repacking_admits_a_job_the_kept_plans_would_reject(waiting, snapshot):
+def test_plans_take_the_latest_free_leases_so_a_later_tight_job_still_fits(waiting, snapshot):
     policy = ChronusPolicy()
-    # "late" (deadline 3600: leases 0-2) is planned ASAP in lease 0; "tight" then needs
-    # lease 0 (deadline 1200): the kept plans reject it, repacking moves "late" to lease 1
+    # the artifact's fast check packs each job from its last lease back: "late" (deadline
+    # 3600: leases 0-2, needs 1) takes lease 2, so "tight" (deadline 1200) still gets lease 0
     late = waiting("late", 8, job_class=STRICT, deadlines=(3600.0,), remaining=900.0)
     tight = waiting(
         "tight", 8, job_class=STRICT, deadlines=(1200.0,), remaining=900.0, submit_time=1
     )
     policy.decide(snapshot(0.0, queued=[late, tight], nodes=ONE_NODE))
-    assert policy._slo["tight"].plan == [0] and policy._slo["late"].plan == [1]
-    no_repack = ChronusPolicy(ChronusConfig(repack=False))
-    no_repack.decide(snapshot(0.0, queued=[late, tight], nodes=ONE_NODE))
-    assert "tight" not in no_repack._slo or not no_repack._slo["tight"].plan
+    assert policy._slo["late"].plan == [2] and policy._slo["tight"].plan == [0]
+    assert policy._planned == {0: 8, 2: 8} and policy.rejected_ever == set()
 
 
-def test_a_soft_job_falls_back_to_its_later_deadline(waiting, snapshot):
+def test_a_job_needing_several_leases_takes_the_last_ones_before_its_deadline(waiting, snapshot):
+    policy = ChronusPolicy()
+    # 2000 s on 2 GPUs: 2000 * 1.1 * 1.05 = 2310 s -> 2 leases; deadline 6000 -> leases 0-4
+    job = waiting("a", 2, job_class=STRICT, deadlines=(6000.0,), remaining=2000.0)
+    policy.decide(snapshot(0.0, queued=[job], nodes=ONE_NODE))
+    assert policy._slo["a"].plan == [3, 4] and policy._planned == {3: 2, 4: 2}
+
+
+def test_a_soft_job_is_admitted_for_its_first_deadline_only(waiting, snapshot):
     policy = ChronusPolicy()
     first = waiting("a", 8, job_class=STRICT, deadlines=(1200.0,), remaining=900.0)
     soft = waiting(
         "b", 8, job_class=SOFT, deadlines=(1200.0, 2400.0), remaining=900.0, submit_time=1
     )
     policy.decide(snapshot(0.0, queued=[first, soft], nodes=ONE_NODE))
-    state = policy._slo["b"]
-    assert state.admitted and state.target == 1 and state.plan == [1]
-    assert policy._planned == {0: 8, 1: 8}
+    # lease 1 is free and ends by b's second deadline, but the artifact checks a job on its
+    # least-laxity entry (its first deadline, lease 0, full): b is rejected
+    assert policy.admitted_ever == {"a"} and policy.rejected_ever == {"b"}
+    assert policy._planned == {0: 8}
+
+
+def test_a_soft_job_whose_plan_outgrows_its_first_deadline_moves_to_the_next(waiting, snapshot):
+    policy = ChronusPolicy()
+    soft = waiting("s", 8, job_class=SOFT, deadlines=(2400.0, 4800.0), remaining=900.0)
+    policy.decide(snapshot(0.0, queued=[soft], nodes=ONE_NODE))
+    assert policy._slo["s"].plan == [1]  # 1089 s: one lease, the last before 2400
+    # at 1200 its estimate has grown to 1500 s: 1500 * 1.21 = 1815 s -> 2 leases; only lease
+    # 1 ends by 2400, so it takes the latest free lease before 4800 (lease 3)
+    grown = waiting("s", 8, job_class=SOFT, deadlines=(2400.0, 4800.0), remaining=1500.0)
+    policy.decide(snapshot(1200.0, queued=[grown], nodes=ONE_NODE))
+    state = policy._slo["s"]
+    assert state.plan == [1, 3] and state.target == 1 and state.last == 3
+    assert not state.overdue and policy._planned == {1: 8, 3: 8}
 
 
 def test_an_arrival_between_boundaries_is_planned_from_the_next_lease(waiting, snapshot):
