@@ -77,6 +77,7 @@ class ChronusConfig:
     profile_nodes: int = 0  # nodes reserved for profiling (the artifact profiles off-cluster)
     profile_s: float = 300.0  # one profiling run: one slot
     admission: bool = True  # False: admit every SLO job (no guarantee check; an ablation)
+    adaptive: bool = True  # fill the current lease with planned work while none is rejected
 
     def __post_init__(self) -> None:
         if not (self.lease_s > 0 and self.slot_s > 0 and self.profile_s > 0):
@@ -113,7 +114,8 @@ class ChronusPolicy:
         self._known: set[str] = set()  # jobs seen (SLO or not) and given their admission
         self.admitted_ever: set[str] = set()
         self.rejected_ever: set[str] = set()
-        self.stats: dict[str, int] = {}  # rejections by cause (for reports)
+        self.stats: dict[str, int] = {}  # rejections by cause, filled boundaries (for reports)
+        self._rejected_since = False  # an SLO job was rejected since the last boundary
 
     # --- the cycle --------------------------------------------------------------------------
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
@@ -149,6 +151,10 @@ class ChronusPolicy:
             state = self._slo.get(view.id)
             if state is not None and state.plan and self._hopeless(view, now):
                 self._release(state)
+        if boundary and cfg.adaptive:
+            if not self._rejected_since and not self._unaccepted(views):
+                self._fill_lease(views, k, capacity)
+            self._rejected_since = False
         self._force(snapshot, k, capacity, levels)
         ranks = {v.id: self._rank(v, now, k, levels) for v in views}
         return self._schedule(snapshot, ranks, boundary, k, levels, pool_ids)
@@ -184,6 +190,34 @@ class ChronusPolicy:
                 state.admitted, state.target, state.last = True, 0, last
                 self._take(state, plan, size)
         (self.admitted_ever if state.admitted else self.rejected_ever).add(view.id)
+        self._rejected_since |= not state.admitted
+
+    def _unaccepted(self, views: Iterable[JobView]) -> bool:
+        """Whether a live SLO job was never admitted (the artifact's UNACCEPTED_SLO count)."""
+        return any(
+            (st := self._slo.get(v.id)) is not None
+            and not st.admitted
+            and v.id not in self.admitted_ever
+            for v in views
+        )
+
+    def _fill_lease(self, views: Iterable[JobView], k: int, capacity: int) -> None:
+        """The artifact's ``adaptive`` MILP objective at a lease boundary: while no SLO job is
+        rejected (none live, none since the last boundary) it maximises the GPUs guaranteed in
+        the current lease, else it minimises them. Maximise: admitted jobs not planned for
+        lease ``k`` move their earliest planned lease to ``k`` while it has room, largest
+        first (an earlier lease never breaks a deadline). Minimise: plans stay latest first."""
+        movable = []
+        for view in views:
+            state = self._slo.get(view.id)
+            if state is not None and state.admitted and state.plan and state.plan[0] > k:
+                movable.append((-state.size, view.submit_time, view.id, state))
+        for _, _, _, state in sorted(movable, key=lambda m: m[:3]):
+            if self._planned.get(k, 0) + state.size <= capacity:
+                self._give(state.plan[:1], state.size)
+                state.plan = state.plan[1:]
+                self._take(state, [k], state.size)
+                self.stats["pulled_leases"] = self.stats.get("pulled_leases", 0) + 1
 
     def _repair(self, view: JobView, state: _Slo, k: int, capacity: int, levels: int) -> None:
         """At boundary ``k``: drop past leases, give back extra ones (earliest first, as the

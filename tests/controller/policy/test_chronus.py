@@ -90,11 +90,36 @@ def test_plans_take_the_latest_free_leases_so_a_later_tight_job_still_fits(waiti
 
 
 def test_a_job_needing_several_leases_takes_the_last_ones_before_its_deadline(waiting, snapshot):
-    policy = ChronusPolicy()
+    policy = ChronusPolicy(ChronusConfig(adaptive=False))
     # 2000 s on 2 GPUs: 2000 * 1.1 * 1.05 = 2310 s -> 2 leases; deadline 6000 -> leases 0-4
     job = waiting("a", 2, job_class=STRICT, deadlines=(6000.0,), remaining=2000.0)
     policy.decide(snapshot(0.0, queued=[job], nodes=ONE_NODE))
     assert policy._slo["a"].plan == [3, 4] and policy._planned == {3: 2, 4: 2}
+
+
+def test_while_nothing_is_rejected_a_boundary_fills_the_current_lease(waiting, snapshot):
+    # the artifact's adaptive objective: no SLO job rejected -> maximise the GPUs guaranteed
+    # now; "a" (planned [3, 4] as above) moves its earliest lease, 3, to lease 0
+    policy = ChronusPolicy()
+    job = waiting("a", 2, job_class=STRICT, deadlines=(6000.0,), remaining=2000.0)
+    decision = policy.decide(snapshot(0.0, queued=[job], nodes=ONE_NODE))
+    assert policy._slo["a"].plan == [0, 4] and policy._planned == {0: 2, 4: 2}
+    assert [item.job_id for item in decision.launch] == ["a"]
+    assert decision.launch[0].lease_s == 1200.0  # guaranteed: an SLO lease
+
+
+def test_after_a_rejection_a_boundary_keeps_plans_latest_first(waiting, snapshot):
+    # "r" needs 2 leases (1210 s padded) but only lease 0 ends by 1300: rejected (its 1000 s
+    # fit in lease 0, so it is then forced onto spot GPUs and counted as admitted); the
+    # rejection in this lease makes the boundary minimise, as the artifact's count does
+    policy = ChronusPolicy()
+    job = waiting("a", 2, job_class=STRICT, deadlines=(6000.0,), remaining=2000.0)
+    rejected = waiting(
+        "r", 8, job_class=STRICT, deadlines=(1300.0,), remaining=1000.0, submit_time=1
+    )
+    policy.decide(snapshot(0.0, queued=[job, rejected], nodes=ONE_NODE))
+    assert policy.rejected_ever == set() and policy._forced == {"r"}  # forced: admitted
+    assert policy._slo["a"].plan == [3, 4]  # minimise: a stays on its latest leases
 
 
 def test_a_soft_job_is_admitted_for_its_first_deadline_only(waiting, snapshot):
@@ -111,7 +136,7 @@ def test_a_soft_job_is_admitted_for_its_first_deadline_only(waiting, snapshot):
 
 
 def test_a_soft_job_whose_plan_outgrows_its_first_deadline_moves_to_the_next(waiting, snapshot):
-    policy = ChronusPolicy()
+    policy = ChronusPolicy(ChronusConfig(adaptive=False))
     soft = waiting("s", 8, job_class=SOFT, deadlines=(2400.0, 4800.0), remaining=900.0)
     policy.decide(snapshot(0.0, queued=[soft], nodes=ONE_NODE))
     assert policy._slo["s"].plan == [1]  # 1089 s: one lease, the last before 2400
