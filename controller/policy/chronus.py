@@ -142,11 +142,13 @@ class ChronusPolicy:
         for view in sorted(arrivals, key=lambda v: (v.submit_time, v.id)):
             self._known.add(view.id)
             self._admit(view, start, capacity, levels)
-        if boundary:
-            for view in views:
-                state = self._slo.get(view.id)
-                if state is not None and state.admitted:
+        for view in views:
+            state = self._slo.get(view.id)
+            if state is not None and state.admitted:
+                if boundary:
                     self._repair(view, state, k, capacity, levels)
+                elif state.plan and state.plan[0] != k:
+                    self._trim(view, state, levels)
         for view in views:  # SLO jobs that can no longer meet any deadline lose their plan
             state = self._slo.get(view.id)
             if state is not None and state.plan and self._hopeless(view, now):
@@ -244,6 +246,15 @@ class ChronusPolicy:
                         break
             self._take(state, more, size)
         state.overdue = len(state.plan) < need
+
+    def _trim(self, view: JobView, state: _Slo, levels: int) -> None:
+        """Between boundaries a job running outside its planned leases gives back its earliest
+        planned leases as soon as its estimate needs fewer (the artifact recounts a job's
+        leases every minute, for jobs not holding a lease, and trims its cached solution)."""
+        extra = len(state.plan) - self._need(view, levels)
+        if extra > 0:
+            self._give(state.plan[:extra], state.size)
+            state.plan = state.plan[extra:]
 
     def _free_leases(
         self, first: int, last: int, size: int, capacity: int, count: int, taken: Iterable[int]

@@ -122,6 +122,19 @@ def test_after_a_rejection_a_boundary_keeps_plans_latest_first(waiting, snapshot
     assert policy._slo["a"].plan == [3, 4]  # minimise: a stays on its latest leases
 
 
+def test_between_boundaries_a_job_running_ahead_of_its_plan_gives_back_its_earliest_lease(
+    waiting, snapshot
+):
+    policy = ChronusPolicy(ChronusConfig(adaptive=False))
+    job = waiting("a", 2, job_class=STRICT, deadlines=(6000.0,), remaining=2000.0)
+    policy.decide(snapshot(0.0, queued=[job], nodes=ONE_NODE))
+    assert policy._slo["a"].plan == [3, 4]
+    # at 600 s (no boundary) 1000 s remain: 1000 * 1.155 = 1155 s -> 1 lease; lease 3 goes
+    ahead = waiting("a", 2, job_class=STRICT, deadlines=(6000.0,), remaining=1000.0)
+    policy.decide(snapshot(600.0, queued=[ahead], nodes=ONE_NODE))
+    assert policy._slo["a"].plan == [4] and policy._planned == {4: 2}
+
+
 def test_a_soft_job_is_admitted_for_its_first_deadline_only(waiting, snapshot):
     policy = ChronusPolicy()
     first = waiting("a", 8, job_class=STRICT, deadlines=(1200.0,), remaining=900.0)
