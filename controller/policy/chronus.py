@@ -24,7 +24,9 @@ the choices the paper leaves open. The mechanism:
   holds gives up its earliest ones, one that needs more gets the latest free ones before its
   deadline (a soft job moves to a later deadline when that is the only way), else it is
   *overdue*, first among opportunistic jobs, as the artifact's force-guarantee of jobs past
-  their estimate.
+  their estimate. Between boundaries a job running ahead of its plan gives back its earliest
+  leases as soon as it needs fewer. While no SLO job is rejected, a boundary fills lease ``k``
+  with planned work (the artifact's ``adaptive`` objective), else plans stay latest first.
 * **Opportunistic running** (the artifact's spot resources): GPUs left over go, in order, to
   overdue jobs and *forced* rejected SLO jobs (those whose remaining time fits in the rest of
   the current lease get spot GPUs, as the artifact does every slot), then best-effort and
