@@ -6,10 +6,11 @@ speed model (Eq. 2) its profile gave. At a cycle where some lease expired the po
 joint MILP (:mod:`controller.policy.unisched.milp`) over every queued job and every job whose
 lease expired (plus, for planning, the SLO jobs that hold unexpired leases), and turns its
 answer into renewals, suspensions and launches on concrete GPUs
-(:class:`~controller.policy.unisched.cells.CellPool`). Between boundaries, GPUs freed by a
-completion are filled without a new MILP: first with the jobs the last solution chose that
-could not start yet (their GPUs were still being released), then profilers, SLO jobs by
-deadline and best-effort jobs by reward, each on its most consolidated allocation that fits.
+(:class:`~controller.policy.unisched.cells.CellPool`). On a long queue the MILP gets only what
+can matter now (:func:`_within_reach`). Between boundaries, GPUs freed by a completion are
+filled without a new MILP: first with the jobs the last solution chose that could not start
+yet (their GPUs were still being released), then in the MILP's order of term-0 value
+(:meth:`UniSchedPolicy._fill_order`), each on its most consolidated allocation that fits.
 
 State kept between cycles, by design and bounded by the live jobs: the previous solution (the
 paper's cache, reused when the solver returns nothing within its time limit) and the last
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.estimator.duration import predicted_iterations
 from controller.placement import TaskPlacement
@@ -54,6 +55,8 @@ PROFILE_GPUS = 2  # §III-B: profiling uses at most 2 GPUs
 EARLY_SLO_WEIGHT = 0.1  # share of the best-effort reward an SLO job earns for running now
 GRID_EPS = 1e-9  # in periods: a clock a hair past a boundary is on it
 TIE_BREAK = 1e-3  # weight of an allocation's normalised speed for SLO jobs (Eq. 8)
+URGENT_SLACK = 1  # SLO lease terms of slack at most which an SLO job must start to be safe
+REACH = 2  # queued non-SLO jobs in the MILP: up to this many times the GPUs it can give out
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class _Candidate:
     choices: list[_Choice]
     milp: MilpJob
     estimate: JobEstimate
+    # SLO jobs that can still meet a deadline: the fewest spare lease terms before one
+    slack: int | None = None
 
 
 class UniSchedPolicy:
@@ -86,6 +91,7 @@ class UniSchedPolicy:
         self._waiting: dict[str, _Choice] = {}  # chosen by the last MILP, not launched yet
         self._last: MilpSolution | None = None
         self._picked: dict[str, Allocation] = {}  # job -> allocation of the last solution
+        self._rank: dict[str, tuple[int, float]] = {}  # fill order of jobs at the last boundary
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
         self.boundary_cycles = 0  # cycles at lease boundaries (the MILP's, solved or not)
         self._worker = IsolatedSolver() if self.config.isolate_solver else None
@@ -170,6 +176,9 @@ class UniSchedPolicy:
         for view in snapshot.queued:
             candidates.append(self._candidate(view, snapshot.now, be, slo, levels))
         self._prune(v.id for v in (*snapshot.active, *snapshot.queued, *snapshot.busy))
+        self._rank = self._ranks(candidates)
+        capacity = sum(len(ids) for ids in pool.values())
+        candidates, later = _within_reach(candidates, capacity)
         solution = self._uncontended(snapshot, candidates, levels)
         if solution is not None:  # everything fits now: the MILP's optimum, without solving
             self._remember(solution, candidates)
@@ -179,7 +188,9 @@ class UniSchedPolicy:
             free_cells=tuple(free_cells({n: sorted(ids) for n, ids in pool.items()}, levels)),
             total_gpus=sum(len(n.gpu_indices) for n in snapshot.nodes),
             horizon=self.config.horizon,
-            reserved=self._reserved(fixed_views, slo),
+            reserved=_plus(
+                self._reserved(fixed_views, slo), _planned_demand(later, self.config.horizon)
+            ),
             first_feasible=self.config.objective == "feasible",
         )
         solution = self._solve(problem)
@@ -188,7 +199,11 @@ class UniSchedPolicy:
         else:
             self.solve_times_s.append(solution.solve_s + solution.build_s)
         self._remember(solution, candidates)
-        return self._apply(snapshot, candidates, solution, suspend, be, slo, levels)
+        decision = self._apply(snapshot, candidates, solution, suspend, be, slo, levels)
+        if not later:
+            return decision
+        planned = {c.view.id: c.estimate for c in later}
+        return replace(decision, estimates={**decision.estimates, **planned})
 
     def _solve(self, problem: MilpProblem) -> MilpSolution | None:
         """The MILP, in the worker process unless isolation is off or it cannot start."""
@@ -398,9 +413,12 @@ class UniSchedPolicy:
                 )
                 for c, r in zip(choices, runs, strict=True)
             )
-            feasible = any(
-                q >= 1 and min(o.leases[f] for o in options) <= q for f, q in enumerate(terms)
-            )
+            spare = [
+                q - min(o.leases[f] for o in options)
+                for f, q in enumerate(terms)
+                if q >= 1 and min(o.leases[f] for o in options) <= q
+            ]
+            feasible = bool(spare)
             # Running early earns an SLO job little: its reward is the deadline's. One that can
             # no longer meet any deadline competes as a best-effort job.
             now_reward = be_reward * (EARLY_SLO_WEIGHT if feasible else 1.0)
@@ -423,7 +441,8 @@ class UniSchedPolicy:
             "",
             now,
         )
-        return _Candidate(view, phase, choices, milp, estimate)
+        slack = min(spare) if phase == "slo" and spare else None
+        return _Candidate(view, phase, choices, milp, estimate, slack)
 
     def _be_reward(self, remaining_s: float, lease_s: float) -> float:
         """Best-effort reward: reciprocal of the estimated remaining time (in leases, offset so
@@ -444,17 +463,39 @@ class UniSchedPolicy:
         return tuple(reserved)
 
     def _fill_order(self, view: JobView, now: float) -> tuple[int, float, float]:
+        """Who gets GPUs freed between boundaries, in the MILP's own order of term-0 value:
+        the last solution's waiting jobs; profilers (reward 1); SLO jobs that must run in the
+        next term to meet a deadline; best-effort (and late SLO) jobs by reward per GPU, as
+        of the last boundary (shortest remaining GPU-time first); SLO jobs with slack (they
+        earn a tenth of that for running early), least slack first."""
         if view.id in self._waiting:
             return (0, 0.0, view.queued_since)
         phase = self._phase(view)
         if phase == "profiling":
             return (1, 0.0, view.queued_since)
-        if phase == "slo" and view.spec.deadlines:
+        ranked = self._rank.get(view.id)
+        if ranked is not None:
+            return (*ranked, view.queued_since)
+        if phase == "slo" and view.spec.deadlines:  # not seen at a boundary yet
             upcoming = [view.submit_time + d.seconds_after_submit for d in view.spec.deadlines]
             live = [t for t in upcoming if t > now]
             if live:
-                return (2, min(live), view.queued_since)
-        return (3, float(view.gpus), view.queued_since)
+                return (4, min(live) - now, view.queued_since)
+        return (3, 0.0, view.queued_since)
+
+    def _ranks(self, candidates: list[_Candidate]) -> dict[str, tuple[int, float]]:
+        """:meth:`_fill_order`'s keys for the jobs seen at a boundary."""
+        ranks: dict[str, tuple[int, float]] = {}
+        for cand in candidates:
+            if cand.phase == "profiling":
+                continue
+            if cand.slack is not None and cand.slack <= URGENT_SLACK:
+                ranks[cand.view.id] = (2, float(cand.slack))
+            elif cand.slack is not None:
+                ranks[cand.view.id] = (4, float(cand.slack))
+            else:
+                ranks[cand.view.id] = (3, -_now_reward(cand) / max(1, cand.view.gpus))
+        return ranks
 
     def _chosen(self, cand: _Candidate, solution: MilpSolution, now: float) -> JobEstimate:
         pick = solution.run_now.get(cand.view.id)
@@ -506,6 +547,77 @@ class UniSchedPolicy:
         self._picked = {j: a for j, a in self._picked.items() if j in keep}
         for job_id in [j for j in self._curves if j not in keep]:
             del self._curves[job_id]
+
+
+def _within_reach(
+    candidates: list[_Candidate], capacity: int
+) -> tuple[list[_Candidate], list[_Candidate]]:
+    """The MILP's jobs, cut to what can matter now (our reduction; the paper solves over the
+    whole queue). Running jobs are all kept. Of the queued jobs:
+
+    * best-effort and profiler jobs, and SLO jobs past every deadline, only gain by running
+      now (their reward is term 0's): those of the best reward per GPU are kept until they
+      ask for ``REACH`` times the GPUs that can be given out now (free, expiring or being
+      released); the rest could only fill a fragment the better ones left, which the
+      filling between boundaries does;
+    * SLO jobs: the least-slack ones up to the same ``REACH`` are kept; the others cannot
+      start now anyway, and are returned apart: their future terms are reserved for them
+      (:func:`_planned_demand`) instead of being planned in the MILP.
+
+    Returns (the MILP's candidates, the SLO jobs planned apart)."""
+    budget = REACH * capacity
+    now_only = sorted(
+        (c for c in candidates if c.slack is None and not c.choices[0].keep),
+        key=lambda c: -_now_reward(c) / max(1, c.choices[0].gpus),
+    )
+    urgent = sorted(
+        (c for c in candidates if c.slack is not None and not c.choices[0].keep),
+        key=lambda c: c.slack,
+    )
+    dropped = set(_beyond(now_only, budget))
+    later = set(_beyond(urgent, budget))
+    if not dropped and not later:
+        return candidates, []
+    kept = [c for c in candidates if c.view.id not in dropped and c.view.id not in later]
+    return kept, [c for c in urgent if c.view.id in later]
+
+
+def _beyond(ranked: list[_Candidate], budget: int) -> list[str]:
+    """Ids of the ranked candidates after the first ones that together ask for ``budget``."""
+    asked, beyond = 0, []
+    for cand in ranked:
+        if asked >= budget:
+            beyond.append(cand.view.id)
+        asked += cand.choices[0].gpus
+    return beyond
+
+
+def _planned_demand(later: list[_Candidate], horizon: int) -> tuple[float, ...]:
+    """GPUs per future term (k = 1..horizon-1) that SLO jobs planned apart will need: each job
+    spreads the leases its first reachable deadline needs over the terms before it."""
+    demand = [0.0] * (horizon - 1)
+    for cand in later:
+        job = cand.milp
+        reachable = [
+            (q, min(o.leases[f] for o in job.options))
+            for f, (q, _) in enumerate(job.deadlines)
+            if q >= 1 and min(o.leases[f] for o in job.options) <= q
+        ]
+        if not reachable:
+            continue
+        q, need = reachable[0]
+        share = job.gpus * min(1.0, need / max(1, q - 1))
+        for k in range(1, min(q, horizon)):
+            demand[k - 1] += share
+    return tuple(demand)
+
+
+def _plus(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
+    return tuple(x + y for x, y in zip(a, b, strict=True))
+
+
+def _now_reward(cand: _Candidate) -> float:
+    return cand.milp.now_reward + max((o.reward for o in cand.milp.options), default=0.0)
 
 
 def _make_room(
