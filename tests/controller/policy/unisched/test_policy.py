@@ -80,9 +80,10 @@ def test_profiling_a_job_larger_than_a_node_spans_two_nodes(make_job):
 
 
 def test_slo_job_with_slack_yields_to_best_effort_when_its_deadline_stays_safe(make_job):
-    # one 8-GPU node; the SLO job needs 3 terms and has 20: it can wait one lease
+    # one 8-GPU node; the SLO job needs 3 terms and has 20: it can wait one lease for a
+    # best-effort job with less left to run (a higher reward now)
     slo = make_job("slo", deadline=20 * 600.0, gpus=8)
-    be = make_job("be", JobClass.BEST_EFFORT, gpus=8)
+    be = make_job("be", JobClass.BEST_EFFORT, gpus=8, iteration=500)
     snapshot = ClusterSnapshot.of(0.0, {"a": 8}, queued=[slo, be])
     decision = UniSchedPolicy().decide(snapshot)
     assert set(launched(decision)) == {"be"}

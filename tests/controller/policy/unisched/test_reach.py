@@ -81,3 +81,42 @@ def test_running_jobs_stay_in_the_milp_whatever_the_queue(make_job, problems):
     [problem] = problems
     assert "r" in {j.job_id for j in problem.jobs}
     assert len(problem.jobs) == 3  # r, and 16 GPUs of the queue
+
+
+def _fill_after_a_completion(make_job, queued) -> list[str]:
+    """Who starts on a node freed between boundaries, after a boundary that saw the queue
+    while a running job held the node."""
+    policy = _policy()
+    running = make_job(
+        "r",
+        JobClass.BEST_EFFORT,
+        gpus=8,
+        state=JobState.RUNNING,
+        placement=(TaskPlacement(0, "a", tuple(range(8))),),
+        lease_expires_at=300.0,
+        running_since=0.0,
+    )
+    assert not policy.decide(
+        ClusterSnapshot.of(0.0, {"a": 8}, active=[running], queued=queued)
+    ).launch
+    freed = policy.decide(ClusterSnapshot.of(100.0, {"a": 8}, queued=queued))  # r has finished
+    return [launch.job_id for launch in freed.launch]
+
+
+def test_freed_gpus_go_first_to_an_slo_job_that_must_start_now(make_job):
+    queued = [
+        make_job("loose", gpus=8, deadline=6100.0),
+        make_job("be", JobClass.BEST_EFFORT, gpus=8),
+        make_job("tight", gpus=8, deadline=1900.0, queued_since=1.0),
+    ]
+    assert _fill_after_a_completion(make_job, queued) == ["tight"]
+
+
+@pytest.mark.parametrize(("slo_done", "be_done", "first"), [(0, 500, "be"), (500, 0, "loose")])
+def test_other_freed_gpus_go_to_the_shortest_job_slo_or_not(make_job, slo_done, be_done, first):
+    # an SLO job with slack and a best-effort job compete by remaining time alone
+    queued = [
+        make_job("loose", gpus=8, deadline=6100.0, iteration=slo_done),
+        make_job("be", JobClass.BEST_EFFORT, gpus=8, iteration=be_done),
+    ]
+    assert _fill_after_a_completion(make_job, queued) == [first]
