@@ -12,56 +12,33 @@ import random
 
 import pytest
 
-from controller.policy import make_policy
 from controller.policy.base import ClusterSnapshot
 from controller.policy.unisched import UniSchedConfig, UniSchedPolicy
-from mlsched.model import Deadline, JobClass, JobState
-from simulator.engine import ClusterShape, SimConfig, Simulation
-from simulator.jobmodel import TraceJobModel
-from simulator.metrics import compute_metrics
+from mlsched.model import JobClass, JobState
+from simulator.engine import ClusterShape
 from simulator.types import TraceJob
-
-CONFIG = SimConfig(lease_s=300.0, cycle_s=60.0, check_invariants=True)
-
-
-def slo(name: str, gpus: int, duration_s: float, deadline_s: float) -> TraceJob:
-    return TraceJob(
-        name,
-        "u",
-        0.0,
-        duration_s,
-        gpus,
-        job_class=JobClass.STRICT_SLO,
-        deadlines=(Deadline(deadline_s, 100.0),),
-    )
-
-
-def simulate(policy: str, jobs: list[TraceJob], shape: ClusterShape) -> dict:
-    result = Simulation(jobs, make_policy(policy), shape, TraceJobModel(seed=0), CONFIG).run()
-    return {"metrics": compute_metrics(result), "records": {r.job.id: r for r in result.records}}
-
-
-def r_slo(policy: str, jobs: list[TraceJob], shape: ClusterShape) -> float:
-    return simulate(policy, jobs, shape)["metrics"]["r_slo"] or 0.0
-
 
 # Four 6-GPU strict-SLO jobs on three 8-GPU nodes (§II-B): a deadline of 4,500 s holds only if
 # all four start right after profiling, so one (at least) must be split across nodes.
 THREE_NODES = ClusterShape(3, 8)
-FOUR_SLO = [slo(f"s{i}", 6, 3000.0, 4500.0) for i in range(4)]
+
+
+@pytest.fixture
+def four_slo(sim) -> list[TraceJob]:
+    return [sim.slo(f"s{i}", 6, 3000.0, 4500.0) for i in range(4)]
 
 
 @pytest.mark.parametrize(
     ("policy", "missed"),
     [("unisched", 0.0), ("fifo", 0.0), ("edf", 0.0), ("unisched-roundup", 0.25)],
 )
-def test_four_6gpu_slo_jobs_on_three_nodes_through_profiling(policy, missed):
-    assert r_slo(policy, FOUR_SLO, THREE_NODES) == pytest.approx(missed)
+def test_four_6gpu_slo_jobs_on_three_nodes_through_profiling(sim, four_slo, policy, missed):
+    assert sim.r_slo(policy, four_slo, THREE_NODES) == pytest.approx(missed)
 
 
-def test_three_slo_jobs_and_a_best_effort_job_all_run_after_profiling():
-    jobs = [*FOUR_SLO[:3], TraceJob("be", "u", 0.0, 3000.0, 6)]
-    run = simulate("unisched", jobs, THREE_NODES)
+def test_three_slo_jobs_and_a_best_effort_job_all_run_after_profiling(sim, four_slo):
+    jobs = [*four_slo[:3], TraceJob("be", "u", 0.0, 3000.0, 6)]
+    run = sim.run("unisched", jobs, THREE_NODES)
     assert run["metrics"]["r_slo"] == 0.0
     # the best-effort job runs from the end of profiling on: started at once, done in one
     # run of at most the split speed plus profiling and its suspend/resume
@@ -70,7 +47,7 @@ def test_three_slo_jobs_and_a_best_effort_job_all_run_after_profiling():
     assert be.end_s < 300.0 + 3491.0 + 120.0
 
 
-def _held_out_case(seed: int) -> tuple[ClusterShape, list[TraceJob]]:
+def _held_out_case(seed: int, slo) -> tuple[ClusterShape, list[TraceJob]]:  # type: ignore[no-untyped-def]
     """A full cluster of mixed jobs submitted at once; 70 % SLO, with deadlines that hold
     when every job starts right after profiling."""
     rng = random.Random(seed)
@@ -91,10 +68,10 @@ def _held_out_case(seed: int) -> tuple[ClusterShape, list[TraceJob]]:
 
 
 @pytest.mark.parametrize("seed", [2, 18, 25, 40, 57, 63])
-def test_unisched_never_misses_more_than_fifo_or_edf_on_held_out_cases(seed):
-    shape, jobs = _held_out_case(seed)
-    baselines = [r_slo(policy, jobs, shape) for policy in ("fifo", "edf")]
-    assert r_slo("unisched", jobs, shape) <= min(baselines) + 1e-9
+def test_unisched_never_misses_more_than_fifo_or_edf_on_held_out_cases(sim, seed):
+    shape, jobs = _held_out_case(seed, sim.slo)
+    baselines = [sim.r_slo(policy, jobs, shape) for policy in ("fifo", "edf")]
+    assert sim.r_slo("unisched", jobs, shape) <= min(baselines) + 1e-9
 
 
 # --- the cached solution (§III-C4) -----------------------------------------------------------

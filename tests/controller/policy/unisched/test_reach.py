@@ -35,6 +35,19 @@ def _policy() -> UniSchedPolicy:
     return UniSchedPolicy(UniSchedConfig(isolate_solver=False))
 
 
+def _on_node_a(make_job):  # type: ignore[no-untyped-def]
+    """A best-effort job holding all 8 GPUs of node "a", its lease ending at 300 s."""
+    return make_job(
+        "r",
+        JobClass.BEST_EFFORT,
+        gpus=8,
+        state=JobState.RUNNING,
+        placement=(TaskPlacement(0, "a", tuple(range(8))),),
+        lease_expires_at=300.0,
+        running_since=0.0,
+    )
+
+
 def test_queued_best_effort_jobs_past_twice_the_free_gpus_are_left_out(make_job, problems):
     # one free 8-GPU node, ten queued 8-GPU best-effort jobs: the two with the shortest
     # remaining time (highest reward) ask for 16 GPUs = 2 x 8, the other eight wait outside
@@ -66,16 +79,7 @@ def test_only_the_least_slack_slo_jobs_enter_the_milp_the_rest_reserve_terms(mak
 
 
 def test_running_jobs_stay_in_the_milp_whatever_the_queue(make_job, problems):
-    running = make_job(
-        "r",
-        JobClass.BEST_EFFORT,
-        gpus=8,
-        state=JobState.RUNNING,
-        placement=(TaskPlacement(0, "a", tuple(range(8))),),
-        lease_expires_at=300.0,
-        running_since=0.0,
-        iteration=0,
-    )
+    running = _on_node_a(make_job)
     queued = [make_job(f"b{i}", JobClass.BEST_EFFORT, gpus=8, iteration=900) for i in range(4)]
     _policy().decide(ClusterSnapshot.of(300.0, {"a": 8}, active=[running], queued=queued))
     [problem] = problems
@@ -87,15 +91,7 @@ def _fill_after_a_completion(make_job, queued) -> list[str]:
     """Who starts on a node freed between boundaries, after a boundary that saw the queue
     while a running job held the node."""
     policy = _policy()
-    running = make_job(
-        "r",
-        JobClass.BEST_EFFORT,
-        gpus=8,
-        state=JobState.RUNNING,
-        placement=(TaskPlacement(0, "a", tuple(range(8))),),
-        lease_expires_at=300.0,
-        running_since=0.0,
-    )
+    running = _on_node_a(make_job)
     assert not policy.decide(
         ClusterSnapshot.of(0.0, {"a": 8}, active=[running], queued=queued)
     ).launch

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from controller.placement import TaskPlacement
-from controller.policy import make_policy
 from controller.policy.base import ClusterSnapshot, JobTruth
 from controller.policy.unisched import UniSchedConfig, UniSchedPolicy
 from controller.policy.unisched.milp import MilpJob, MilpProblem, Option, solve
@@ -18,45 +17,21 @@ from controller.server import Controller, ControllerConfig
 from mlsched.model import JobClass, JobState
 from simulator.engine import ClusterShape, SimConfig, Simulation
 from simulator.jobmodel import TraceJobModel
-from simulator.metrics import compute_metrics
 from simulator.types import TraceJob
-
-CONFIG = SimConfig(lease_s=300.0, cycle_s=60.0, check_invariants=True)
-
-
-def slo(name: str, gpus: int, duration_s: float, deadline_s: float) -> TraceJob:
-    from mlsched.model import Deadline
-
-    return TraceJob(
-        name,
-        "u",
-        0.0,
-        duration_s,
-        gpus,
-        job_class=JobClass.STRICT_SLO,
-        deadlines=(Deadline(deadline_s, 100.0),),
-    )
-
-
-def simulate(policy: str, jobs: list[TraceJob], shape: ClusterShape) -> dict:
-    result = Simulation(jobs, make_policy(policy), shape, TraceJobModel(seed=0), CONFIG).run()
-    return {"metrics": compute_metrics(result), "records": {r.job.id: r for r in result.records}}
-
 
 # --- oracle ----------------------------------------------------------------------------------
 
-TWO_TIGHT = [slo("a", 4, 3000.0, 3100.0), slo("b", 4, 3000.0, 3100.0)]
 
-
-def test_the_oracle_meets_deadlines_that_profiling_costs_unisched():
-    oracle = simulate("oracle", TWO_TIGHT, ClusterShape(1, 8))
+def test_the_oracle_meets_deadlines_that_profiling_costs_unisched(sim):
+    two_tight = [sim.slo("a", 4, 3000.0, 3100.0), sim.slo("b", 4, 3000.0, 3100.0)]
+    oracle = sim.run("oracle", two_tight, ClusterShape(1, 8))
     assert oracle["metrics"]["r_slo"] == 0.0
     # started at once on 4 GPUs each, no profiling, no suspension: exactly their duration
     assert {k: (r.first_start_s, r.end_s) for k, r in oracle["records"].items()} == {
         "a": (0.0, pytest.approx(3000.0)),
         "b": (0.0, pytest.approx(3000.0)),
     }
-    unisched = simulate("unisched", TWO_TIGHT, ClusterShape(1, 8))
+    unisched = sim.run("unisched", two_tight, ClusterShape(1, 8))
     assert unisched["metrics"]["r_slo"] == 1.0
     assert all(r.end_s > 3100.0 for r in unisched["records"].values())
 
@@ -161,11 +136,11 @@ def test_static_profiler_suspends_a_profiled_job_and_plans_it_off_the_profiling_
     assert {q.node_id for q in launch.placement} <= {"n0", "n1", "n2", "n3"}
 
 
-def test_static_profiler_in_the_simulator_runs_jobs_on_two_nodes_of_three():
+def test_static_profiler_in_the_simulator_runs_jobs_on_two_nodes_of_three(sim):
     # a third of three nodes profiles: n002; the three 8-GPU jobs then share n000 and n001
     jobs = [TraceJob(f"b{i}", "u", 0.0, 1000.0, 8) for i in range(3)]
-    unified = simulate("unisched", jobs, ClusterShape(3, 8))["records"]
-    static = simulate("unisched-static-profiler", jobs, ClusterShape(3, 8))["records"]
+    unified = sim.run("unisched", jobs, ClusterShape(3, 8))["records"]
+    static = sim.run("unisched-static-profiler", jobs, ClusterShape(3, 8))["records"]
     assert max(r.end_s for r in unified.values()) < 1500.0  # all three side by side
     assert max(r.end_s for r in static.values()) > 2000.0  # the third after the first two
 
