@@ -59,7 +59,7 @@ EARLY_SLO_WEIGHT = 1.0
 GRID_EPS = 1e-9  # in periods: a clock a hair past a boundary is on it
 TIE_BREAK = 1e-3  # weight of an allocation's normalised speed for SLO jobs (Eq. 8)
 URGENT_SLACK = 1  # SLO lease terms of slack at most which an SLO job must start to be safe
-REACH = 2  # queued non-SLO jobs in the MILP: up to this many times the GPUs it can give out
+REACH = 2  # queued jobs of each kind in the MILP: up to this many times the GPUs it can give out
 
 
 @dataclass(frozen=True)
