@@ -11,7 +11,6 @@ counters (``stats``) when it keeps them.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -81,13 +80,10 @@ def load(trace: Path, limit: int | None) -> list:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    parser.add_argument("--cluster", default="C120")
-    parser.add_argument("--limit", type=int, help="only the first N jobs")
-    args = parser.parse_args()
-    if not args.trace.exists():
-        print(f"trace not found: {args.trace} (set MLSCHED_DATA or pass --trace)", file=sys.stderr)
+    from simulator.cli import trace_script_args
+
+    args = trace_script_args(__doc__.splitlines()[0], DEFAULT_TRACE)
+    if args is None:
         return 2
     row = run(args.trace, args.cluster, args.limit)
     print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)

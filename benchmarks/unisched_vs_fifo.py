@@ -9,7 +9,6 @@ wall-time ratio. Issue 9 asks for UniSched within 8x FIFO's wall time on a full 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -48,13 +47,10 @@ def run(trace: Path, policy_name: str, cluster: str, limit: int | None) -> dict[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
-    parser.add_argument("--cluster", default="C120")
-    parser.add_argument("--limit", type=int, help="only the first N jobs")
-    args = parser.parse_args()
-    if not args.trace.exists():
-        print(f"trace not found: {args.trace} (set MLSCHED_DATA or pass --trace)", file=sys.stderr)
+    from simulator.cli import trace_script_args
+
+    args = trace_script_args(__doc__.splitlines()[0], DEFAULT_TRACE)
+    if args is None:
         return 2
     rows = [run(args.trace, name, args.cluster, args.limit) for name in ("fifo", "unisched")]
     for row in rows:

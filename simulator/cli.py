@@ -271,6 +271,20 @@ def philly_job_model(trace: Path, prog: str) -> TraceJobModel:
     return model
 
 
+def trace_script_args(description: str, default_trace: Path) -> argparse.Namespace | None:
+    """``--trace``, ``--cluster`` and ``--limit`` for scripts that run one Philly trace (the
+    benchmarks); None, with the reason on stderr, when the trace does not exist."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--trace", type=Path, default=default_trace)
+    parser.add_argument("--cluster", default="C120")
+    parser.add_argument("--limit", type=int, help="only the first N jobs")
+    args = parser.parse_args()
+    if not args.trace.exists():
+        print(f"trace not found: {args.trace} (set MLSCHED_DATA or pass --trace)", file=sys.stderr)
+        return None
+    return args
+
+
 @dataclass(frozen=True)
 class PreparedRun:
     """What every policy of one (trace, cluster, density) run shares."""
