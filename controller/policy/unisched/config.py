@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SOLVERS = ("cbc", "highs")
+SOLVERS = ("cbc", "highs", "scipy")
 OBJECTIVES = ("reward", "feasible")
 PLACEMENTS = ("joint", "roundup")
 

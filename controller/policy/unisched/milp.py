@@ -1,4 +1,4 @@
-"""UniSched's joint job-selection and allocation MILP (§III-C4, Eqs. 4-14), with python-mip.
+"""UniSched's joint job-selection and allocation MILP (§III-C4, Eqs. 4-14), and its backends.
 
 Time is counted in SLO lease terms ``k = 0 .. horizon-1`` from now (term 0 is the one starting
 now). Variables, per the paper:
@@ -28,11 +28,8 @@ and best-effort rewards, §III-C2; an SLO job past its deadlines earns a best-ef
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import mip
 
 from controller.policy.unisched.cells import consolidation_feasible
 
@@ -84,100 +81,31 @@ class MilpSolution:
 def solve(
     problem: MilpProblem, solver: str = "cbc", time_limit_s: float = 1.0
 ) -> MilpSolution | None:
-    """The best solution found within ``time_limit_s``; None when the solver found none."""
-    started = time.perf_counter()
-    model = mip.Model(sense=mip.MAXIMIZE, solver_name=mip.HIGHS if solver == "highs" else mip.CBC)
-    model.verbose = 0
-    levels = len(problem.free_cells)
-    objective: list[mip.LinExpr] = []
-    cell_use: list[list[mip.LinExpr]] = [[] for _ in range(levels)]
-    future: dict[int, list[mip.LinExpr]] = {}
-    x0: dict[str, mip.Var] = {}
-    ys: dict[str, list[mip.Var]] = {}
-    ss: dict[str, list[tuple[int, mip.Var]]] = {}
-    for job in problem.jobs:
-        run = x0[job.job_id] = model.add_var(var_type=mip.BINARY)
-        if job.now_reward:
-            objective.append(job.now_reward * run)
-        y = ys[job.job_id] = [model.add_var(var_type=mip.BINARY) for _ in job.options]
-        model += mip.xsum(y) == run  # Eq. 13, and an allocation exactly when it runs
-        for var, option in zip(y, job.options, strict=True):
-            if option.reward:
-                objective.append(option.reward * var)
-            for level, count in enumerate(option.cells):
-                if count:
-                    cell_use[level].append(count * var)  # Eq. 11
-        if not job.slo:
-            continue
-        feasible = _feasible_deadlines(job, problem.horizon)
-        if not feasible:
-            continue
-        last = min(problem.horizon, max(q for _, q, _ in feasible))
-        # Future terms are a plan, re-solved every cycle; only term 0 is carried out. They are
-        # relaxed to [0, 1] (a rolling-horizon choice of ours that keeps the MILP small).
-        terms = [model.add_var(lb=0.0, ub=1.0) for _ in range(1, last)]
-        for k, var in enumerate(terms, start=1):
-            future.setdefault(k, []).append(job.gpus * var)
-        chosen = []
-        for f, q, value in feasible:
-            s = model.add_var(var_type=mip.BINARY)
-            chosen.append((f, s))
-            objective.append(value * s)  # Eq. 4
-            held = mip.xsum(terms[: min(q, problem.horizon) - 1]) + run
-            beyond = max(0, q - problem.horizon)
-            needs = [o.leases[f] for o in job.options]
-            best = min(needs)
-            extra = []
-            for var, n in zip(ys[job.job_id], needs, strict=True):
-                if n > best:
-                    w = model.add_var(lb=0.0, ub=1.0)
-                    model += w >= var + s - 1
-                    extra.append((n - best) * w)
-            need = best * s + mip.xsum(extra)
-            model += held + beyond * s >= need  # Eqs. 7 and 12
-        model += mip.xsum(s for _, s in chosen) <= 1  # Eq. 6
-        ss[job.job_id] = chosen
-    for i in range(levels):  # Eq. 14 over the requested cells (Eq. 11)
-        terms_i = [e * (1 << (g - i)) for g in range(i, levels) for e in cell_use[g]]
-        if terms_i:
-            have = sum(problem.free_cells[g] << (g - i) for g in range(i, levels))
-            model += mip.xsum(terms_i) <= have
-    for k, used in future.items():
-        taken = problem.reserved[k - 1] if k - 1 < len(problem.reserved) else 0.0
-        model += mip.xsum(used) <= max(0.0, problem.total_gpus - taken)
-    model.objective = mip.maximize(mip.xsum(objective))
-    built = time.perf_counter()
-    if problem.first_feasible:
-        status = model.optimize(max_seconds=time_limit_s, max_solutions=1)
+    """The best solution found within ``time_limit_s``; None when the solver found none.
+
+    ``solver``: "scipy" builds the model as sparse matrices for HiGHS in
+    :func:`scipy.optimize.milp` (:mod:`~controller.policy.unisched.milp_scipy`); "cbc" and
+    "highs" build it with python-mip (:mod:`~controller.policy.unisched.milp_mip`). Each
+    backend is imported on first use.
+    """
+    if not problem.jobs:  # nothing to choose (CBC reports no solution, scipy refuses)
+        return MilpSolution(run_now={}, status="optimal")
+    if solver == "scipy":
+        from controller.policy.unisched.milp_scipy import solve_scipy
+
+        solution = solve_scipy(problem, time_limit_s)
+    elif solver in ("cbc", "highs"):
+        from controller.policy.unisched.milp_mip import solve_mip
+
+        solution = solve_mip(problem, solver, time_limit_s)
     else:
-        status = model.optimize(max_seconds=time_limit_s)
-    solved = time.perf_counter()
-    if status not in (mip.OptimizationStatus.OPTIMAL, mip.OptimizationStatus.FEASIBLE):
-        return None
-    run: dict[str, int] = {}
-    for job in problem.jobs:
-        if x0[job.job_id].x is not None and x0[job.job_id].x > 0.5:
-            picks = [p for p, v in enumerate(ys[job.job_id]) if v.x is not None and v.x > 0.5]
-            run[job.job_id] = picks[0] if picks else 0
-    met = {
-        job_id: f
-        for job_id, chosen in ss.items()
-        for f, s in chosen
-        if s.x is not None and s.x > 0.5
-    }
-    solution = MilpSolution(
-        run_now=run,
-        deadline=met,
-        status=status.name.lower(),
-        objective=float(model.objective_value or 0.0),
-        solve_s=solved - built,
-        build_s=built - started,
-    )
-    _check_cells(problem, solution)
+        raise ValueError(f"unknown solver {solver!r}")
+    if solution is not None:
+        _check_cells(problem, solution)
     return solution
 
 
-def _feasible_deadlines(job: MilpJob, horizon: int) -> list[tuple[int, int, float]]:
+def feasible_deadlines(job: MilpJob, horizon: int) -> list[tuple[int, int, float]]:
     """(f, Q_f, V_f) for the deadlines the job can still meet on its best allocation."""
     found = []
     for f, (q, value) in enumerate(job.deadlines):

@@ -1,10 +1,12 @@
 """The MILP worker process of :mod:`controller.policy.unisched.isolated`.
 
 Run as ``python -m controller.policy.unisched.milp_worker``: it reads pickled
-``(problem, solver, time_limit_s)`` requests on stdin and writes ("ok", solution) or
-("error", exception) answers on a duplicate of its stdout, until stdin closes. Its own stdout
-is pointed at stderr first, so that nothing the solver prints can corrupt the channel. (A
-module of its own, so that ``-m`` runs it before anything imports it.)
+``(problem, solver, time_limit_s)`` requests on stdin, where ``problem`` is a ``MilpProblem``
+or, for ``solver="scipy"``, the ``Matrices`` its parent built, and writes ("ok", solution or
+``MatrixAnswer``) or ("error", exception) answers on a duplicate of its stdout, until stdin
+closes. Its own stdout is pointed at stderr first, so that nothing the solver prints can
+corrupt the channel. (A module of its own, so that ``-m`` runs it before anything imports
+it.)
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from multiprocessing.connection import Connection
 
 from controller.policy.unisched.milp import solve
+from controller.policy.unisched.milp_scipy import Matrices, solve_matrices
 
 
 def serve(requests: Connection, answers: Connection) -> None:
@@ -24,7 +27,10 @@ def serve(requests: Connection, answers: Connection) -> None:
         except (EOFError, OSError):
             return
         try:
-            answer: tuple[str, object] = ("ok", solve(problem, solver, limit))
+            if isinstance(problem, Matrices):  # built by the parent (solver="scipy")
+                answer: tuple[str, object] = ("ok", solve_matrices(problem, limit))
+            else:
+                answer = ("ok", solve(problem, solver, limit))
         except Exception as exc:  # sent back and raised in the parent
             answer = ("error", exc)
         answers.send(answer)

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from controller.policy.unisched.config import SOLVERS
 from controller.policy.unisched.isolated import IsolatedSolver
 from controller.policy.unisched.milp import MilpJob, MilpProblem, Option, solve
 
@@ -50,7 +51,7 @@ def worker():
     solver.close()
 
 
-@pytest.mark.parametrize("backend", ["cbc", "highs"])
+@pytest.mark.parametrize("backend", SOLVERS)
 def test_backends_agree_in_process_and_in_the_worker(worker, backend):
     here = solve(PROBLEM, backend)
     there = worker.solve(PROBLEM, backend)

@@ -1,0 +1,211 @@
+"""The MILP of :mod:`controller.policy.unisched.milp` as sparse matrices, solved by HiGHS
+through :func:`scipy.optimize.milp` (``solver="scipy"``).
+
+The same variables, rows and objective as the python-mip build in ``milp.py`` (Eqs. 4-14; that
+module's docstring says what each one means), written straight into coordinate lists: no
+expression objects per term, which is where python-mip's model building spends its time.
+
+Columns, per job in order: ``x[0]`` (binary), ``y[p]`` per option (binary); for an SLO job
+with a reachable deadline, ``x[k]`` for ``k = 1 .. last-1`` (in [0, 1]), then per reachable
+deadline ``s[f]`` (binary) followed by its ``w[f, p]`` (in [0, 1]). Rows are ranges
+``lo <= A x <= hi``; HiGHS minimises, so the objective is negated.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import csc_array
+
+from controller.policy.unisched.milp import MilpProblem, MilpSolution, feasible_deadlines
+
+_INF = np.inf
+# Measured on the MILPs of a MIX2 run (docs/unisched.md, "Solver speed"): HiGHS's presolve took
+# most of a second on the largest ones (it reduces them to a few rows, but CBC solved them
+# faster), so it is off; without it no solve reached the 1 s limit. A gap of 0: the default
+# relative gap (1e-4, as CBC's) lets the solver stop with best-effort rewards of 0.2-0.5 left
+# on the table when the SLO rewards add up to 10^4-10^5, and HiGHS did.
+_OPTIONS: dict[str, object] = {"presolve": False, "mip_rel_gap": 0.0}
+
+
+@dataclass(frozen=True)
+class Matrices:
+    """``max c @ x`` subject to ``lo <= a @ x <= hi``, ``0 <= x <= ub``, integral where
+    ``integrality`` is 1: all the solver needs, in arrays that pickle as a few blobs (what
+    :mod:`~controller.policy.unisched.isolated` sends its worker)."""
+
+    c: np.ndarray
+    integrality: np.ndarray
+    ub: np.ndarray
+    a: csc_array
+    lo: np.ndarray
+    hi: np.ndarray
+    first_feasible: bool = False
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Where each job's variables are, to read a solution back."""
+
+    run: dict[str, int]  # job id -> column of x[0]
+    ys: dict[str, range]  # job id -> columns of y[p]
+    ss: dict[str, list[tuple[int, int]]]  # job id -> (deadline f, column of s[f])
+
+
+@dataclass(frozen=True)
+class MatrixAnswer:
+    """The solver's values (None: no solution found) and its seconds."""
+
+    x: np.ndarray | None
+    optimal: bool
+    solve_s: float
+
+
+class _Builder:
+    """Columns and rows in coordinate lists."""
+
+    def __init__(self) -> None:
+        self.cost: list[float] = []
+        self.integer: list[int] = []
+        self.upper: list[float] = []
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def column(self, cost: float = 0.0, integer: bool = False) -> int:
+        self.cost.append(cost)
+        self.integer.append(1 if integer else 0)
+        self.upper.append(1.0)
+        return len(self.cost) - 1
+
+    def row(self, entries: list[tuple[int, float]], lo: float, hi: float) -> None:
+        r = len(self.lo)
+        for col, val in entries:
+            self.rows.append(r)
+            self.cols.append(col)
+            self.vals.append(val)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+
+def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
+    """The matrices of ``problem``'s MILP, and where each job's variables are in them."""
+    b = _Builder()
+    levels = len(problem.free_cells)
+    horizon = problem.horizon
+    cell_use: list[list[tuple[int, float]]] = [[] for _ in range(levels)]
+    future: dict[int, list[tuple[int, float]]] = {}
+    run: dict[str, int] = {}
+    ys: dict[str, range] = {}
+    ss: dict[str, list[tuple[int, int]]] = {}
+    for job in problem.jobs:
+        x0 = run[job.job_id] = b.column(job.now_reward, integer=True)
+        y = ys[job.job_id] = range(x0 + 1, x0 + 1 + len(job.options))
+        for var, option in zip(y, job.options, strict=True):
+            b.column(option.reward, integer=True)
+            for level, count in enumerate(option.cells):
+                if count:
+                    cell_use[level].append((var, count))  # Eq. 11
+        b.row([(x0, -1.0), *((var, 1.0) for var in y)], 0.0, 0.0)  # Eq. 13
+        if not job.slo:
+            continue
+        feasible = feasible_deadlines(job, horizon)
+        if not feasible:
+            continue
+        last = min(horizon, max(q for _, q, _ in feasible))
+        terms = [b.column() for _ in range(1, last)]  # relaxed future terms
+        for k, var in enumerate(terms, start=1):
+            future.setdefault(k, []).append((var, float(job.gpus)))
+        chosen = []
+        for f, q, value in feasible:
+            s = b.column(value, integer=True)  # Eq. 4
+            chosen.append((f, s))
+            beyond = max(0, q - horizon)
+            needs = [o.leases[f] for o in job.options]
+            best = min(needs)
+            held = [(var, 1.0) for var in terms[: min(q, horizon) - 1]]
+            coverage = [*held, (x0, 1.0), (s, float(beyond - best))]
+            for var, n in zip(y, needs, strict=True):
+                if n > best:
+                    w = b.column()
+                    b.row([(w, 1.0), (var, -1.0), (s, -1.0)], -1.0, _INF)  # w >= y + s - 1
+                    coverage.append((w, float(best - n)))
+            b.row(coverage, 0.0, _INF)  # Eqs. 7 and 12
+        b.row([(s, 1.0) for _, s in chosen], -_INF, 1.0)  # Eq. 6
+        ss[job.job_id] = chosen
+    for i in range(levels):  # Eq. 14 over the requested cells (Eq. 11)
+        entries = [(var, float(n << (g - i))) for g in range(i, levels) for var, n in cell_use[g]]
+        if entries:
+            have = sum(problem.free_cells[g] << (g - i) for g in range(i, levels))
+            b.row(entries, -_INF, float(have))
+    for k, used in future.items():
+        taken = problem.reserved[k - 1] if k - 1 < len(problem.reserved) else 0.0
+        b.row(used, -_INF, max(0.0, problem.total_gpus - taken))
+    shape = (len(b.lo), len(b.cost))
+    a = csc_array((b.vals, (b.rows, b.cols)), shape=shape)  # duplicates are summed
+    matrices = Matrices(
+        c=np.asarray(b.cost, dtype=float),
+        integrality=np.asarray(b.integer, dtype=np.uint8),
+        ub=np.asarray(b.upper, dtype=float),
+        a=a,
+        lo=np.asarray(b.lo, dtype=float),
+        hi=np.asarray(b.hi, dtype=float),
+        first_feasible=problem.first_feasible,
+    )
+    return matrices, Columns(run, ys, ss)
+
+
+def solve_scipy(problem: MilpProblem, time_limit_s: float = 1.0) -> MilpSolution | None:
+    """The best solution HiGHS found within ``time_limit_s``; None when it found none."""
+    started = time.perf_counter()
+    matrices, columns = build(problem)
+    build_s = time.perf_counter() - started
+    return decode(columns, matrices, solve_matrices(matrices, time_limit_s), build_s)
+
+
+def solve_matrices(m: Matrices, time_limit_s: float = 1.0) -> MatrixAnswer:
+    """HiGHS on the matrices, within ``time_limit_s``."""
+    started = time.perf_counter()
+    options: dict[str, object] = {"time_limit": time_limit_s, **_OPTIONS}
+    if m.first_feasible:
+        options["mip_max_improving_sols"] = 1  # HiGHS's own option, passed on verbatim
+    constraints = LinearConstraint(m.a, m.lo, m.hi) if m.lo.size else None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
+        result = milp(
+            -m.c,
+            integrality=m.integrality,
+            bounds=Bounds(np.zeros_like(m.ub), m.ub),
+            constraints=constraints,
+            options=options,
+        )
+    return MatrixAnswer(result.x, result.status == 0, time.perf_counter() - started)
+
+
+def decode(
+    columns: Columns, m: Matrices, answer: MatrixAnswer, build_s: float = 0.0
+) -> MilpSolution | None:
+    """The solution in the problem's terms; None when the solver found none."""
+    x = answer.x
+    if x is None:
+        return None
+    run_now = {}
+    for job_id, col in columns.run.items():
+        if x[col] > 0.5:
+            picks = [p for p, var in enumerate(columns.ys[job_id]) if x[var] > 0.5]
+            run_now[job_id] = picks[0] if picks else 0
+    met = {job_id: f for job_id, chosen in columns.ss.items() for f, s in chosen if x[s] > 0.5}
+    return MilpSolution(
+        run_now=run_now,
+        deadline=met,
+        status="optimal" if answer.optimal else "feasible",
+        objective=float(m.c @ x),
+        solve_s=answer.solve_s,
+        build_s=build_s,
+    )
