@@ -7,27 +7,32 @@ measured load (``NodeView.gpu_utilization``, 0 when not measured). mlsched never
 only servers with enough free GPUs for a task are candidates for it, and a task is given the
 least-loaded free GPUs of the chosen server whole.
 
-Host choice is :func:`~controller.policy.mlfs.euclid.choose_host`. Candidates that host no peer
-of the task and have the same point and GPU loads are interchangeable: only the one with the
-smallest id is passed on, which leaves the answer unchanged (the ideal point is the same, the
-others would tie with it and lose on id) and makes an idle cluster cheap to fill.
+Host choice is :func:`~controller.policy.mlfs.euclid.choose_host`'s rule, evaluated for all
+servers at once: the pool keeps each server's point, free GPUs, least GPU load and overload
+flag in NumPy arrays, so a task costs a few array operations rather than a Python loop over
+the servers (:meth:`HostPool.choose`; a test holds it to ``choose_host``). The threshold
+tests are the same IEEE sums and comparisons; the distance of the winner, and of every server
+whose NumPy distance is within rounding of the least, is ``math.dist`` as in ``choose_host``,
+so ties and near-ties are settled exactly as there (smallest distance, then server id).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+import numpy as np
 
 from controller.policy.base import NodeView
 from controller.policy.mlfs.config import MlfsConfig
-from controller.policy.mlfs.euclid import Server, TaskLoad, choose_host, is_overloaded
+from controller.policy.mlfs.euclid import HostChoice, Server, TaskLoad, is_overloaded
 from controller.policy.mlfs.priority import TaskKey
 
 Placed = tuple[TaskKey, str, tuple[int, ...]]  # task, server, GPU indices
-Key = tuple[tuple[float, ...], tuple[float, ...]]  # a server's point and sorted GPU loads
 _EPS = 1e-9  # the rounding allowance of euclid's threshold tests
 _SLACK = 1e-6  # capacity() rounds up rather than down
+_NEAR = 1e-9  # relative: NumPy's and math.dist's distances differ by far less
 
 
 class HostPool:
@@ -53,18 +58,47 @@ class HostPool:
         self._journal: list[Server] = []  # servers as they were before each change
         self._room: dict[int, int] = {}  # room(per_task) with nothing excluded, until a change
         self._capacity: dict[tuple[tuple[float, ...], int], int] = {}  # likewise capacity()
-        self._keys: dict[str, tuple[Server, Key | None]] = {}  # memo of _key
+        self._idle: dict[tuple[tuple[float, ...], int], int] = {}  # idle_capacity()
+        # Per server, in id order (the order of ``servers``): point, free GPUs, free GPUs not
+        # above h_r, least free-GPU load (inf: none) and whether it is overloaded.
+        self._ids = list(self.servers)
+        self._row = {sid: i for i, sid in enumerate(self._ids)}
+        servers = list(self.servers.values())
+        rows = [_summary(s, config.h_r) for s in servers]
+        self._point = np.array([s.utilisation for s in servers], dtype=np.float64).reshape(
+            len(servers), len(self.resources)
+        )
+        self._free = np.array([r[0] for r in rows], dtype=np.int64)
+        self._usable = np.array([r[1] for r in rows], dtype=np.int64)
+        self._least = np.array([r[2] for r in rows], dtype=np.float64)
+        self._hot = np.array([r[3] for r in rows], dtype=bool)
+
+    def _index(self, s: Server) -> None:
+        """Bring the arrays up to date with ``s`` (now ``servers[s.id]``)."""
+        i = self._row[s.id]
+        self._point[i] = s.utilisation
+        self._free[i], self._usable[i], self._least[i], self._hot[i] = _summary(s, self.config.h_r)
+
+    def _set(self, s: Server) -> None:
+        self.servers[s.id] = s
+        self._index(s)
+        self._room.clear()
+        self._capacity.clear()
+
+    def _open(self, per_task: int, exclude: Collection[str]) -> np.ndarray:
+        """Underloaded servers with ``per_task`` free GPUs, none in ``exclude``."""
+        mask = (self._free >= per_task) & ~self._hot
+        for sid in exclude:
+            row = self._row.get(sid)
+            if row is not None:
+                mask[row] = False
+        return mask
 
     def room(self, per_task: int, exclude: Collection[str] = ()) -> int:
         """How many ``per_task``-GPU tasks the underloaded servers could still take by count."""
         if not exclude and per_task in self._room:
             return self._room[per_task]
-        h_r = self.config.h_r
-        count = sum(
-            len(s.gpus) // per_task
-            for s in self.servers.values()
-            if s.id not in exclude and len(s.gpus) >= per_task and not is_overloaded(s, h_r)
-        )
+        count = int((self._free // per_task)[self._open(per_task, exclude)].sum())
         if not exclude:
             self._room[per_task] = count
         return count
@@ -84,22 +118,22 @@ class HostPool:
         if not exclude and key in self._capacity:
             return self._capacity[key]
         limit = self.config.h_r + _EPS
-        total = 0
-        for s in self.servers.values():
-            if len(s.gpus) < per_task or s.id in exclude or is_overloaded(s, self.config.h_r):
-                continue
-            usable = sum(1 for v in s.gpus.values() if v <= limit)
-            fit = min(len(s.gpus) // per_task, -(-usable // per_task))
-            for u, d in zip(s.utilisation, demand, strict=True):
-                if d > 0:
-                    fit = min(fit, max(0, math.floor((limit - u) / d + _SLACK)))
-            total += fit
+        mask = self._open(per_task, exclude)
+        fit = np.minimum(self._free // per_task, -(-self._usable // per_task))
+        for m, d in enumerate(demand):
+            if d > 0:
+                room = np.floor((limit - self._point[:, m]) / d + _SLACK)
+                fit = np.minimum(fit, np.maximum(0, room).astype(np.int64))
+        total = int(fit[mask].sum())
         if not exclude:
             self._capacity[key] = total
         return total
 
     def idle_capacity(self, demand: Sequence[float], per_task: int) -> int:
         """:meth:`capacity` on the same servers idle: every GPU free, nothing loaded."""
+        key = (tuple(demand), per_task)
+        if key in self._idle:
+            return self._idle[key]
         limit = self.config.h_r + _EPS
         total = 0
         for size, servers in Counter(self.sizes.values()).items():
@@ -108,6 +142,7 @@ class HostPool:
                 if d > 0:
                     fit = min(fit, math.floor(limit / d + _SLACK))
             total += fit * servers
+        self._idle[key] = total
         return total
 
     def free_map(self) -> dict[str, tuple[int, ...]]:
@@ -126,58 +161,97 @@ class HostPool:
         share) gains the new ones. None, with nothing changed, when one does not fit."""
         mark = len(self._journal)
         placed: list[Placed] = []
+        under = self._open(per_task, exclude)
+        fits: dict[tuple[tuple[float, ...], float], np.ndarray] = {}
         for task in tasks:
-            peers_on = {placement[k] for k in task.traffic if k in placement}
-            servers = self._candidates(per_task, exclude, peers_on)
-            choice = choose_host(task, servers, placement, None, self.config, self.resources)
+            key = (task.demand, task.gpu)
+            if key not in fits:
+                fits[key] = self._fits(task, under)
+            choice = self._choose(task, under, fits[key], placement)
             if choice is None:
                 self._undo(mark)
                 for key, _, _ in placed:
                     del placement[key]
                 return None
             gpus = self._take(choice.server_id, task.demand, per_task)
+            row = self._row[choice.server_id]  # the only server that changed
+            under[row] = self._free[row] >= per_task and not self._hot[row]
+            for (demand, gpu), mask in fits.items():
+                mask[row] = under[row] and self._fit_row(row, demand, gpu)
             placement[task.key] = choice.server_id
             placed.append((task.key, choice.server_id, gpus))
         return placed
+
+    def choose(
+        self,
+        task: TaskLoad,
+        per_task: int,
+        placement: Mapping[TaskKey, str],
+        exclude: Collection[str] = (),
+    ) -> HostChoice | None:
+        """``choose_host(task, servers, placement)`` over the underloaded servers with
+        ``per_task`` free GPUs outside ``exclude`` (module docstring), without degradation."""
+        under = self._open(per_task, exclude)
+        return self._choose(task, under, self._fits(task, under), placement)
+
+    def _fits(self, task: TaskLoad, under: np.ndarray) -> np.ndarray:
+        """Which servers of ``under`` can take the task within ``h_r`` (``fitting_gpu``)."""
+        limit = self.config.h_r + _EPS
+        fits = under & ~(self._least + task.gpu > limit)
+        fits &= ~(self._point + np.asarray(task.demand, dtype=np.float64) > limit).any(axis=1)
+        return fits
+
+    def _fit_row(self, row: int, demand: tuple[float, ...], gpu: float) -> bool:
+        """:meth:`_fits` for one server."""
+        limit = self.config.h_r + _EPS
+        if self._least[row] + gpu > limit:
+            return False
+        point = self.servers[self._ids[row]].utilisation
+        return not any(u + d > limit for u, d in zip(point, demand, strict=True))
+
+    def _choose(
+        self,
+        task: TaskLoad,
+        under: np.ndarray,
+        fits: np.ndarray,
+        placement: Mapping[TaskKey, str],
+    ) -> HostChoice | None:
+        rows = np.flatnonzero(fits)
+        if rows.size == 0:  # no server fits (or none is underloaded)
+            return None
+        # MLFS §3.3.2: the traffic share with each server, as choose_host adds it up
+        share: dict[int, float] = {}
+        if task.traffic:
+            total = sum(task.traffic.values())
+            for peer, volume in task.traffic.items():
+                where = placement.get(peer)
+                row = None if where is None else self._row.get(where)
+                if row is not None and under[row] and total > 0:
+                    share[row] = share.get(row, 0.0) + volume / total
+        # MLFS §3.3.2: U_V = (min u_m over underloaded servers ..., max u_BW, q = 0)
+        lowest = np.where(under[:, None], self._point, math.inf).min(axis=0)
+        ideal = (*lowest.tolist(), max([0.0, *share.values()]), 0.0)
+        # MLFS §3.3.2: min ||U_s - U_V||, first NumPy's to narrow down, then math.dist's
+        gaps = self._point[rows] - lowest
+        rough = (gaps * gaps).sum(axis=1)
+        if share:
+            shares = np.array([share.get(r, 0.0) for r in rows.tolist()], dtype=np.float64)
+            rough += (shares - ideal[-2]) ** 2
+        near = rows[rough <= rough.min() * (1 + _NEAR) + 1e-300]
+        best: HostChoice | None = None
+        for row in near.tolist():  # in id order: ties go to the smaller id
+            s = self.servers[self._ids[row]]
+            distance = math.dist((*s.utilisation, share.get(row, 0.0), 0.0), ideal)
+            if best is None or distance < best.distance:
+                gpu = min(s.gpus, key=lambda g: (s.gpus[g], g))
+                best = HostChoice(s.id, gpu, distance)
+        return best
 
     def unload(self, server_id: str, demand: Sequence[float]) -> None:
         """Take a leaving task's load off its server (its GPUs are not free yet)."""
         s = self.servers[server_id]
         point = tuple(max(0.0, u - d) for u, d in zip(s.utilisation, demand, strict=True))
-        self.servers[server_id] = Server(server_id, point, s.gpus)
-        self._room.clear()
-        self._capacity.clear()
-
-    def _candidates(
-        self, per_task: int, exclude: Collection[str], peers_on: Collection[str]
-    ) -> list[Server]:
-        """The servers ``choose_host`` needs to see: underloaded ones (an overloaded server is
-        neither a host nor part of the ideal) with enough free GPUs, duplicates dropped."""
-        seen: set[Key] = set()
-        out = []
-        for s in self.servers.values():  # in id order
-            if len(s.gpus) < per_task or s.id in exclude:
-                continue
-            key = self._key(s)
-            if key is None:
-                continue  # overloaded
-            if s.id not in peers_on:
-                if key in seen:
-                    continue
-                seen.add(key)
-            out.append(s)
-        return out
-
-    def _key(self, s: Server) -> Key | None:
-        """A server's point and GPU loads, or None when it is overloaded; memoised per object."""
-        cached = self._keys.get(s.id)
-        if cached is not None and cached[0] is s:
-            return cached[1]
-        key = None
-        if not is_overloaded(s, self.config.h_r):
-            key = (s.utilisation, tuple(sorted(s.gpus.values())))
-        self._keys[s.id] = (s, key)
-        return key
+        self._set(Server(server_id, point, s.gpus))
 
     def _take(self, server_id: str, demand: Sequence[float], count: int) -> tuple[int, ...]:
         """Give the task the ``count`` least-loaded free GPUs and add its load (§3.3.2)."""
@@ -186,17 +260,21 @@ class HostPool:
         point = tuple(min(1.0, u + d) for u, d in zip(s.utilisation, demand, strict=True))
         loads = {g: v for g, v in s.gpus.items() if g not in gpus}
         self._journal.append(s)
-        self.servers[server_id] = Server(server_id, point, loads)
-        self._room.clear()
-        self._capacity.clear()
+        self._set(Server(server_id, point, loads))
         return tuple(sorted(gpus))
 
     def _undo(self, mark: int) -> None:
         while len(self._journal) > mark:
-            s = self._journal.pop()
-            self.servers[s.id] = s
-        self._room.clear()
-        self._capacity.clear()
+            self._set(self._journal.pop())
+
+
+def _summary(s: Server, h_r: float) -> tuple[int, int, float, bool]:
+    """A server's free GPUs, those not loaded above ``h_r``, the least load among them (inf:
+    none) and whether the server is overloaded."""
+    limit = h_r + _EPS
+    loads = s.gpus.values()
+    usable = sum(1 for v in loads if v <= limit)
+    return len(loads), usable, min(loads, default=math.inf), is_overloaded(s, h_r)
 
 
 def _unit(value: float) -> float:

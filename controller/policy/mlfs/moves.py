@@ -14,8 +14,10 @@ move (:func:`oversized`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from controller.placement import TaskPlacement
 from controller.policy.base import JobView
@@ -59,6 +61,13 @@ def hot_servers(pool: HostPool, active: Iterable[JobView], h_r: float) -> set[st
     return {p.node_id for v in active for p in v.placement if p.node_id in hot}
 
 
+def idle(pool: HostPool, hot: Collection[str], active: Iterable[JobView]) -> bool:
+    """Whether this cycle can neither start nor move a job: no underloaded server has a free
+    GPU, no server is overloaded and no agent asked for a move. Then the queue's order does
+    not matter, and neither does any priority (without lease-boundary preemption)."""
+    return pool.room(1) == 0 and not hot and not any(v.migration_requested for v in active)
+
+
 def oversized(view: JobView, demand: Sequence[float], pool: HostPool) -> bool:
     """Whether the job's tasks could not all run within ``h_r`` even on the idle cluster."""
     per_task = view.spec.gpus_per_process
@@ -87,17 +96,23 @@ def task_loads(
 ) -> list[TaskLoad]:
     """The job's tasks ``ranks`` for the Euclidean rules, with their traffic to peers."""
     traffic = peer_traffic(view) if view.spec.num_tasks > 1 else {}
-    return [
-        TaskLoad(
-            job_id=view.id,
-            task=k,
-            demand=demand,
-            gpu=0.0,
-            priority=task_priority(priorities, view.id, k),
-            traffic=traffic.get(k, {}),
-        )
-        for k in ranks
-    ]
+    loads: list[TaskLoad] = []
+    for k in ranks:
+        priority = task_priority(priorities, view.id, k)
+        if not loads or not math.isfinite(priority):
+            loads.append(TaskLoad(view.id, k, demand, 0.0, None, priority, traffic.get(k, {})))
+            continue
+        # Like the first, which validated the demand; peer_traffic's volumes are 1 or 2.
+        # Built without __init__, whose checks of every volume made a job O(tasks^2).
+        load = object.__new__(TaskLoad)
+        load.__dict__.update(loads[0].__dict__)
+        load.__dict__.update(task=k, priority=priority, traffic=_frozen(traffic.get(k, {})))
+        loads.append(load)
+    return loads
+
+
+def _frozen(traffic: Mapping[TaskKey, float]) -> Mapping[TaskKey, float]:
+    return MappingProxyType(dict(traffic))
 
 
 def find_movers(
@@ -120,12 +135,8 @@ def find_movers(
         for p in view.placement:
             if p.node_id in hot:
                 on_node.setdefault(p.node_id, []).append((view, p))
-    stuck = {
-        v.id
-        for pairs in on_node.values()
-        for v, _ in pairs
-        if oversized(v, task_demand(v, resources), pool)
-    }
+    on_hot = {v.id: v for pairs in on_node.values() for v, _ in pairs}
+    stuck = {i for i, v in on_hot.items() if oversized(v, task_demand(v, resources), pool)}
     found: dict[str, tuple[JobView, set[str], set[int]]] = {}
     for sid in sorted(hot):
         here = [(v, p) for v, p in on_node[sid] if v.id not in stuck]

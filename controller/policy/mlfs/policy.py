@@ -61,20 +61,21 @@ from controller.policy.base import (
     Suspend,
 )
 from controller.policy.common import GpuMap
+from controller.policy.mlfs.book import PriorityBook
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
 from controller.policy.mlfs.hosts import HostPool
-from controller.policy.mlfs.jobs import job_features
 from controller.policy.mlfs.moves import (
     find_movers,
     hot_servers,
+    idle,
     place_mover,
     place_queued,
     queued_demand,
     unload_busy,
     unload_movers,
 )
-from controller.policy.mlfs.priority import TaskKey, task_priorities
+from controller.policy.mlfs.priority import TaskKey
 
 
 @dataclass
@@ -93,6 +94,7 @@ class MlfhPolicy:
     resources: tuple[str, ...] = DEFAULT_RESOURCES
     preempt_ratio: float = math.inf
     name: str = "mlf-h"
+    _book: PriorityBook | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.preempt_ratio >= 1.0:
@@ -107,16 +109,21 @@ class MlfhPolicy:
         unload_busy(pool, snapshot.busy, self.resources)
         hot = hot_servers(pool, active, self.config.h_r)
         now = snapshot.now
-        # only the active jobs that may move or yield need a priority (Eqs. 3, 5 stay in a job)
+        # only the active jobs that may move (or, with a finite preempt_ratio, yield) need a
+        # priority (Eqs. 3, 5 stay in a job)
+        preempting = math.isfinite(self.preempt_ratio)
+        if not preempting and idle(pool, hot, active):
+            expired = (v for v in snapshot.expired() if v.id not in stopped)
+            return Decision(renew=tuple(Renew(v.id, lease) for v in expired), stop=stops)
         involved = [
             v
             for v in active
-            if (v.lease_expires_at is not None and v.lease_expires_at <= now)
+            if (preempting and v.lease_expires_at is not None and v.lease_expires_at <= now)
             or v.migration_requested
             or any(p.node_id in hot for p in v.placement)
         ]
-        tasks = self._priorities(snapshot.queued, involved, now)
-        job_priority = _job_priorities(tasks)
+        priorities = self._book_for().priorities(snapshot.queued, involved, now)
+        tasks, job_priority = priorities.tasks, priorities.job
         movers = find_movers(hot, active, pool, tasks, self.config, self.resources)
         unload_movers(pool, movers.values(), self.resources)
 
@@ -153,9 +160,7 @@ class MlfhPolicy:
             releasing.extend(p for p in mover.view.placement if p.rank in mover.ranks)
         expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
         victims = (
-            self._preempt(waiting, expired, job_priority, pool, releasing)
-            if math.isfinite(self.preempt_ratio)
-            else []
+            self._preempt(waiting, expired, job_priority, pool, releasing) if preempting else []
         )
         suspends.extend(Suspend(v.id, reason) for v, reason in victims)
         gone = {v.id for v, _ in victims}
@@ -173,19 +178,22 @@ class MlfhPolicy:
     def task_priorities(self, snapshot: ClusterSnapshot) -> dict[TaskKey, float]:
         """P of Eq. 6 per task of every queued and active job; a data-parallel job is keyed by
         its task 0 alone (all its tasks are alike)."""
-        return self._priorities(snapshot.queued, snapshot.active, snapshot.now)
+        return dict(self._priorities(snapshot.queued, snapshot.active, snapshot.now))
 
     def job_priorities(self, snapshot: ClusterSnapshot) -> dict[str, float]:
         """Each queued and active job's priority: the largest of its tasks'."""
         return _job_priorities(self.task_priorities(snapshot))
 
     def _priorities(
-        self, queued: Iterable[JobView], active: Iterable[JobView], now: float
+        self, queued: Sequence[JobView], active: Sequence[JobView], now: float
     ) -> dict[TaskKey, float]:
-        features = [f for v in queued for f in job_features(v, now, queued=True)]
-        features += [f for v in active for f in job_features(v, now, queued=False)]
-        priorities = task_priorities(features, now, self.config)
-        return {k: p.total for k, p in priorities.items()}
+        return self._book_for().priorities(queued, active, now).tasks
+
+    def _book_for(self) -> PriorityBook:
+        """The policy's :class:`.book.PriorityBook` (its only state), for its current config."""
+        if self._book is None or self._book.config is not self.config:
+            self._book = PriorityBook(self.config)
+        return self._book
 
     # --- lease boundaries -------------------------------------------------------------------
 

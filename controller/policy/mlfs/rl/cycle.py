@@ -30,6 +30,7 @@ MLF-H's own rules (:mod:`controller.policy.mlfs.moves`), so the two cannot drift
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,26 +45,27 @@ from controller.policy.base import (
     Stop,
     Suspend,
 )
+from controller.policy.mlfs.book import PriorityBook
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
 from controller.policy.mlfs.hosts import HostPool
-from controller.policy.mlfs.jobs import job_features, task_demand
+from controller.policy.mlfs.jobs import task_demand
 from controller.policy.mlfs.moves import (
     find_movers,
     hot_servers,
+    idle,
     place_mover,
     place_queued,
     queued_demand,
     unload_busy,
     unload_movers,
 )
-from controller.policy.mlfs.priority import task_priorities
 from controller.policy.mlfs.rl.features import (
+    JOB_FEATURES,
     Candidate,
+    RowBook,
     candidate_matrix,
     context_row,
-    job_priorities,
-    job_rows,
     step_rows,
 )
 
@@ -105,8 +107,12 @@ def plan(
     resources: tuple[str, ...] = DEFAULT_RESOURCES,
     lease_s: float | None = None,
     load_control: bool = False,
+    memory: Memory | None = None,
 ) -> Decision:
-    """The cycle's decision with ``chooser`` making the choices (module docstring)."""
+    """The cycle's decision with ``chooser`` making the choices (module docstring).
+    ``memory``: what a policy keeps between its cycles (:class:`Memory`); the decision is the
+    same with or without it."""
+    memory = memory if memory is not None and memory.config is config else Memory(config)
     lease = lease_s or snapshot.default_lease_s
     stops: tuple[Stop, ...] = ()
     if load_control:
@@ -119,36 +125,52 @@ def plan(
     pool = HostPool(snapshot.nodes, resources, config)
     unload_busy(pool, snapshot.busy, resources)
     hot = hot_servers(pool, active, config.h_r)
+    if idle(pool, hot, active):
+        expired = (v for v in snapshot.expired() if v.id not in stopped)
+        return Decision(renew=tuple(Renew(v.id, lease) for v in expired), stop=stops)
     involved = [
         v for v in active if v.migration_requested or any(p.node_id in hot for p in v.placement)
     ]
-    per_job = {v.id: job_features(v, now, queued=True) for v in snapshot.queued}
-    per_job.update((v.id, job_features(v, now, queued=False)) for v in involved)
-    by_task = task_priorities([f for fs in per_job.values() for f in fs], now, config)
-    by_job = job_priorities(by_task)
-    totals = {k: p.total for k, p in by_task.items()}
+    priorities = memory.book.priorities(snapshot.queued, involved, now)
+    by_job, totals = priorities.job, priorities.tasks
     movers = find_movers(hot, active, pool, totals, config, resources)
     unload_movers(pool, movers.values(), resources)
 
     candidates = [Candidate(v) for v in snapshot.queued] + [
         Candidate(m.view, True, m.sources, m.ranks) for m in movers.values()
     ]
-    candidates.sort(key=lambda c: (-by_job[c.view.id].total, c.view.id))
+    candidates.sort(key=lambda c: (-by_job[c.view.id], c.view.id))
     demands = [
         task_demand(c.view, resources) if c.moving else queued_demand(c.view, pool, resources)
         for c in candidates
     ]
     total_gpus = sum(len(n.gpu_indices) for n in snapshot.nodes)
-    firsts = {job_id: fs[0] for job_id, fs in per_job.items()}
-    rows = job_rows(candidates, by_job, now, total_gpus, config, firsts)
-    p_job = np.array([by_job[c.view.id].total for c in candidates], dtype=np.float64)
+    p_job = np.array([by_job[c.view.id] for c in candidates], dtype=np.float64)
+    fits = _FitTest(candidates, demands)
+    memory.rows.start()
+    rows: dict[int, list[float]] = {}  # job rows, made when first offered
+
+    def job_rows(indices: Sequence[int]) -> np.ndarray:
+        for i in indices:
+            if i not in rows:
+                job_id = candidates[i].view.id
+                rows[i] = memory.rows.row(
+                    candidates[i],
+                    priorities.first(job_id),
+                    priorities.best(job_id),
+                    now,
+                    total_gpus,
+                    config,
+                )
+        out = np.asarray([rows[i] for i in indices], dtype=np.float32)
+        return out.reshape(len(indices), len(JOB_FEATURES))
 
     launches: list[Launch] = []
     migrations: list[Migrate] = []
     suspends: list[Suspend] = []
-    remaining = list(range(len(candidates)))
-    while remaining and pool.room(1) > 0:
-        eligible = [i for i in remaining if _fits(pool, candidates[i], demands[i])]
+    remaining = np.arange(len(candidates))
+    while remaining.size and pool.room(1) > 0:
+        eligible = remaining[fits.mask(pool, remaining)].tolist()
         if not eligible:
             break
         offered = tuple(candidates[i] for i in eligible)
@@ -156,7 +178,7 @@ def plan(
         step = Step(
             candidates=offered,
             features=candidate_matrix(
-                rows[eligible], step_rows(offered, p_job[eligible], pool), context
+                job_rows(eligible), step_rows(offered, p_job[eligible], pool), context
             ),
             context=context,
             priorities=p_job[eligible],
@@ -167,7 +189,7 @@ def plan(
         if choice == step.hold:
             break
         index = eligible[choice]
-        remaining.remove(index)
+        remaining = remaining[remaining != index]
         chosen = candidates[index]
         if chosen.moving:
             placement = place_mover(movers[chosen.view.id], pool, totals, resources)
@@ -180,7 +202,7 @@ def plan(
             placement = place_queued(chosen.view, demands[index], pool, totals)
             if placement is not None:
                 launches.append(Launch(chosen.view.id, placement, lease))
-    for index in remaining:
+    for index in remaining.tolist():
         if candidates[index].moving:
             suspends.append(Suspend(candidates[index].view.id, "overloaded server; queued"))
     expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
@@ -193,12 +215,44 @@ def plan(
     )
 
 
+class Memory:
+    """What an MLF-RL policy keeps between cycles, none of it changing a decision: the Eq. 6
+    inputs per job (:class:`~controller.policy.mlfs.book.PriorityBook`) and the clock-free
+    columns of the job rows (:class:`~controller.policy.mlfs.rl.features.RowBook`), each for
+    the jobs of the latest cycle only."""
+
+    def __init__(self, config: MlfsConfig) -> None:
+        self.config = config
+        self.book = PriorityBook(config)
+        self.rows = RowBook()
+
+
 # --- placement (§3.3.2): the rules are MLF-H's, in controller.policy.mlfs.moves ----------
 
 
-def _fits(pool: HostPool, candidate: Candidate, demand: tuple[float, ...]) -> bool:
-    """Whether the underloaded servers can take the candidate's tasks whole (a pre-check:
-    placing them has the last word)."""
-    tasks = candidate.tasks
-    per_task = candidate.view.spec.gpus_per_process
-    return tasks >= 1 and pool.capacity(demand, per_task, candidate.sources) >= tasks
+class _FitTest:
+    """Whether the underloaded servers can take each candidate's tasks whole (a pre-check:
+    placing them has the last word), by ``HostPool.capacity`` once per kind of candidate
+    (demand, GPUs per task, servers to avoid) and step."""
+
+    def __init__(self, candidates: Sequence[Candidate], demands: Sequence[tuple[float, ...]]):
+        kinds: dict[tuple[tuple[float, ...], int, frozenset[str]], int] = {}
+        self.kind = np.array(
+            [
+                kinds.setdefault((d, c.view.spec.gpus_per_process, c.sources), len(kinds))
+                for c, d in zip(candidates, demands, strict=True)
+            ],
+            dtype=np.intp,
+        )
+        self.kinds = list(kinds)
+        self.tasks = np.array([c.tasks for c in candidates], dtype=np.int64)
+
+    def mask(self, pool: HostPool, indices: np.ndarray) -> np.ndarray:
+        """Which of ``indices`` fit now."""
+        kinds = self.kind[indices]
+        capacity = np.zeros(len(self.kinds), dtype=np.int64)
+        for k in np.unique(kinds).tolist():
+            demand, per_task, sources = self.kinds[k]
+            capacity[k] = pool.capacity(demand, per_task, sources)
+        tasks = self.tasks[indices]
+        return (tasks >= 1) & (capacity[kinds] >= tasks)

@@ -133,19 +133,30 @@ def job_row(
     """The ``JOB_FEATURES`` of one candidate (module docstring). ``first``: its task 0's
     Eq. 2/4 features if already at hand (:func:`~controller.policy.mlfs.jobs.job_features`,
     waiting time counted only for a queued job)."""
+    if first is None:
+        first = job_features(candidate.view, now, queued=not candidate.moving)[0]
+    row = static_row(candidate, first, total_gpus, config)
+    set_dynamic(row, first, priority, now, config)
+    return row
+
+
+# The columns of a job row that move with the clock (set_dynamic); the others depend only on
+# the job's own inputs and may be kept between cycles (RowBook).
+_DYNAMIC = tuple(
+    JOB_FEATURES.index(n)
+    for n in ("deadline_term", "slack", "waiting", "priority", "priority_ml", "priority_c")
+)
+
+
+def static_row(
+    candidate: Candidate, first: TaskFeatures, total_gpus: int, config: MlfsConfig
+) -> list[float]:
+    """A job row with the columns that read the clock (``_DYNAMIC``) at 0."""
     view = candidate.view
     spec = view.spec
     unit, floor = config.time_unit_s, config.min_horizon_s
-    if first is None:
-        first = job_features(view, now, queued=not candidate.moving)[0]
     tasks = max(1, spec.num_tasks)
     shares, children = task_graph(tasks, spec.mlfs)
-    if first.deadline is not None:
-        to_deadline = first.deadline - now
-        deadline_term = _log1p(unit / max(to_deadline, floor))
-        slack = math.tanh((to_deadline - (first.remaining_s or 0.0)) / unit)
-    else:
-        deadline_term, slack = 0.0, 1.0  # §3.1: no deadline is the maximum deadline
     remaining = first.remaining_s
     budget = _budget(view)
     demand = task_demand(view, RESOURCES)
@@ -154,17 +165,17 @@ def job_row(
         1.0 / first.iteration,
         loss_ratio(first),
         max(shares, default=1.0),
-        deadline_term,
-        slack,
+        0.0,  # deadline_term
+        0.0,  # slack
         float(first.deadline is not None),
         0.0 if remaining is None else _log1p(unit / max(remaining, floor)),
         0.0 if remaining is None else _log1p(remaining / unit),
-        _log1p(first.waiting_s / unit),
+        0.0,  # waiting
         math.log2(max(1, spec.gpus)) / 5.0,
         spec.gpus / total_gpus if total_gpus else 0.0,
-        _log1p(priority.total),
-        _log1p(priority.ml),
-        _log1p(priority.computation),
+        0.0,  # priority
+        0.0,  # priority_ml
+        0.0,  # priority_c
         min(1.0, view.iteration / budget) if budget else 0.0,
         math.log10(1 + budget) / 6.0,
         math.log2(tasks) / 5.0,
@@ -175,6 +186,76 @@ def job_row(
         float(candidate.moving),
         *demand,
     ]
+
+
+def set_dynamic(
+    row: list[float], first: TaskFeatures, priority: TaskPriority, now: float, config: MlfsConfig
+) -> None:
+    """Fill the ``_DYNAMIC`` columns of ``row`` for time ``now``."""
+    unit, floor = config.time_unit_s, config.min_horizon_s
+    if first.deadline is not None:
+        to_deadline = first.deadline - now
+        deadline_term = _log1p(unit / max(to_deadline, floor))
+        slack = math.tanh((to_deadline - (first.remaining_s or 0.0)) / unit)
+    else:
+        deadline_term, slack = 0.0, 1.0  # §3.1: no deadline is the maximum deadline
+    values = (
+        deadline_term,
+        slack,
+        _log1p(first.waiting_s / unit),
+        _log1p(priority.total),
+        _log1p(priority.ml),
+        _log1p(priority.computation),
+    )
+    for column, value in zip(_DYNAMIC, values, strict=True):
+        row[column] = value
+
+
+class RowBook:
+    """Job rows' clock-free columns (:func:`static_row`) per job id, kept while the job's
+    inputs are unchanged; only the jobs asked for in the latest cycle are kept."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[tuple[object, ...], list[float]]] = {}
+        self._seen: dict[str, tuple[tuple[object, ...], list[float]]] = {}
+
+    def start(self) -> None:
+        """A new cycle: forget the jobs the last one did not ask for."""
+        self._rows, self._seen = self._seen, {}
+
+    def row(
+        self,
+        candidate: Candidate,
+        first: TaskFeatures,
+        priority: TaskPriority,
+        now: float,
+        total_gpus: int,
+        config: MlfsConfig,
+    ) -> list[float]:
+        """:func:`job_row` of the candidate, from the kept columns where they still hold."""
+        view = candidate.view
+        key = (
+            view.spec,
+            view.iteration,
+            view.losses,
+            view.submit_time,
+            view.estimated_remaining_s,
+            view.suspensions,
+            view.resource_usage,
+            len(view.placement),
+            candidate.moving,
+            total_gpus,
+            config,
+            first.urgency,
+            first.iteration,
+        )
+        held = self._seen.get(view.id) or self._rows.get(view.id)
+        if held is None or held[0] != key:
+            held = (key, static_row(candidate, first, total_gpus, config))
+        self._seen[view.id] = held
+        row = list(held[1])
+        set_dynamic(row, first, priority, now, config)
+        return row
 
 
 def job_rows(
@@ -236,17 +317,24 @@ def step_rows(
     out[:, 0] = ranks / max(1, n - 1)
     h_r = pool.config.h_r
     under = [s for s in pool.servers.values() if not is_overloaded(s, h_r)]
-    room: dict[tuple[int, frozenset[str]], tuple[int, int]] = {}
-    for i, c in enumerate(candidates):
-        per_task = max(1, c.view.spec.gpus_per_process)
-        key = (per_task, c.sources)
-        if key not in room:
-            chunks = [len(s.gpus) // per_task for s in under if s.id not in c.sources]
-            room[key] = (sum(chunks), max(chunks, default=0))
-        total, best = room[key]
-        tasks = max(1, c.tasks)
-        out[i, 1] = min(1.0, tasks / total) if total else 1.0
-        out[i, 2] = float(best >= tasks)
+    kinds: dict[tuple[int, frozenset[str]], int] = {}
+    kind = np.array(
+        [
+            kinds.setdefault((max(1, c.view.spec.gpus_per_process), c.sources), len(kinds))
+            for c in candidates
+        ],
+        dtype=np.intp,
+    )
+    room = np.zeros(len(kinds), dtype=np.int64)  # free task slots per kind
+    best = np.zeros(len(kinds), dtype=np.int64)  # the most on one server
+    for (per_task, sources), k in kinds.items():
+        chunks = [len(s.gpus) // per_task for s in under if s.id not in sources]
+        room[k], best[k] = sum(chunks), max(chunks, default=0)
+    tasks = np.array([max(1, c.tasks) for c in candidates], dtype=np.int64)
+    total = room[kind]
+    share = np.minimum(1.0, tasks / np.where(total > 0, total, 1))
+    out[:, 1] = np.where(total > 0, share, 1.0)
+    out[:, 2] = best[kind] >= tasks
     return out
 
 

@@ -7,7 +7,10 @@ last). The network is loaded once, from ``model_path`` (default: the shipped
 policy is made. ``load_control=True`` adds MLF-C's stops (§3.5), which makes it MLFS.
 
 State: the network's weights, copied for NumPy inference (:class:`.network.FrozenPointer`)
-when the policy is made and fixed from then on; ``decide`` is a function of the snapshot.
+when the policy is made and fixed from then on, and :class:`.cycle.Memory`: per job of the
+latest cycle, the inputs of Eq. 6 and of its feature row that do not read the clock, kept
+while the job's own inputs are unchanged. ``decide`` is a function of the snapshot: the same
+decision with the memory as without it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 from controller.policy.base import ClusterSnapshot, Decision
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
-from controller.policy.mlfs.rl.cycle import Step, plan
+from controller.policy.mlfs.rl.cycle import Memory, Step, plan
 from controller.policy.mlfs.rl.network import FrozenPointer, PointerNet, load_model
 
 
@@ -42,6 +45,7 @@ class MlfRlPolicy:
         if self.network is None:
             self.network, self.meta = load_model(self.model_path)
         self._frozen = FrozenPointer(self.network)  # inference in NumPy (network.py)
+        self._memory = Memory(self.config)  # kept inputs; changes no decision (cycle.py)
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         return plan(
@@ -51,6 +55,7 @@ class MlfRlPolicy:
             resources=self.resources,
             lease_s=self.lease_s,
             load_control=self.load_control,
+            memory=self._memory,
         )
 
     def choose(self, step: Step) -> int:

@@ -1,0 +1,215 @@
+"""Eq. 6 priorities of many jobs per cycle, with what does not move between cycles kept.
+
+A job's Eq. 2/4 features (:func:`~controller.policy.mlfs.jobs.job_features`) and its tasks'
+``P^ML`` (Eq. 3: urgency, iteration, losses, partition shares, the graph) change only when the
+job's own inputs change; only ``P^C`` (Eq. 4) moves with the clock, through the waiting time and
+``d - t``. A :class:`PriorityBook` keeps, per job id, the features and Eq. 3 sums together with
+the inputs they came from (:func:`inputs`); a job whose inputs are unchanged costs a dictionary
+look-up and a tuple comparison, and ``P^C`` and ``P`` of all jobs are then computed at once
+with NumPy. Only the jobs of the latest cycle are kept, so the book is bounded by live jobs.
+
+The result is the one :func:`~controller.policy.mlfs.priority.task_priorities` gives, to the
+bit: Eq. 4 and Eq. 6 are the same IEEE operations in the same order (NumPy's element-wise
+``+ - * /`` round as Python's do), and a task graph's Eq. 5 sums run in Python over its
+children in order, as :func:`~controller.policy.mlfs.priority._discounted_sums` does. A test
+holds the two together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.policy.base import JobView
+from controller.policy.mlfs.config import MlfsConfig
+from controller.policy.mlfs.jobs import job_features
+from controller.policy.mlfs.priority import (
+    TaskFeatures,
+    TaskKey,
+    TaskPriority,
+    task_priorities,
+)
+
+Inputs = tuple[object, ...]
+
+
+def inputs(view: JobView, queued: bool) -> Inputs:
+    """What :func:`~controller.policy.mlfs.jobs.job_features` reads of a job besides the
+    clock. Compared with ``==``, which finds an unchanged spec by identity first."""
+    return (
+        view.spec,
+        view.iteration,
+        view.losses,
+        view.submit_time,
+        view.estimated_remaining_s,
+        view.queued_since if queued else None,
+    )
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A job's now-independent part: task 0's features (waiting time 0), each task's Eq. 3
+    ``P^ML``, the graph in an order that puts every task after its children (None: one
+    task), and the absolute deadline and remaining time (infinity: none)."""
+
+    inputs: Inputs
+    first: TaskFeatures
+    keys: tuple[TaskKey, ...]
+    ml: tuple[float, ...]
+    children: tuple[tuple[int, ...], ...]
+    order: tuple[int, ...] | None
+    deadline: float
+    remaining: float
+    queued_since: float | None
+
+
+def _entry(view: JobView, queued: bool, key: Inputs, config: MlfsConfig) -> _Entry:
+    features = job_features(view, view.queued_since, queued=queued)  # waiting time 0
+    first = features[0]
+    ml = task_priorities(features, 0.0, config)  # P^ML does not read the clock
+    order = None
+    if len(features) > 1:
+        order = tuple(_post_order(features))
+    return _Entry(
+        inputs=key,
+        first=first,
+        keys=tuple(f.key for f in features),
+        ml=tuple(ml[f.key].ml for f in features),
+        children=tuple(f.children for f in features),
+        order=order,
+        deadline=math.inf if first.deadline is None else first.deadline,
+        remaining=math.inf if first.remaining_s is None else first.remaining_s,
+        queued_since=view.queued_since if queued else None,
+    )
+
+
+def _post_order(features: Sequence[TaskFeatures]) -> Iterator[int]:
+    """The tasks, each after all its children (the graph is acyclic: ``task_priorities``
+    checked it)."""
+    done: set[int] = set()
+    for root in range(len(features)):
+        stack = [(root, iter(features[root].children))]
+        while stack:
+            task, kids = stack[-1]
+            if task in done:
+                stack.pop()
+                continue
+            for child in kids:
+                if child not in done:
+                    stack.append((child, iter(features[child].children)))
+                    break
+            else:
+                stack.pop()
+                done.add(task)
+                yield task
+
+
+class Priorities:
+    """One cycle's priorities: ``tasks`` maps every task key (a data-parallel job: its task
+    0) to ``P``; ``job`` maps each job id to its largest task ``P`` (ties: the lower task)."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[TaskKey, float] = {}
+        self.job: dict[str, float] = {}
+        self._best: dict[str, tuple[float, float]] = {}  # job -> (P^ML, P^C) of its best task
+        self._firsts: dict[str, TaskFeatures] = {}
+        self._waiting: dict[str, float] = {}
+
+    def best(self, job_id: str) -> TaskPriority:
+        """The job's priority as :class:`TaskPriority`: that of its best task."""
+        ml, c = self._best[job_id]
+        return TaskPriority(ml, c, self.job[job_id])
+
+    def first(self, job_id: str) -> TaskFeatures:
+        """Task 0's Eq. 2/4 features, waiting time included."""
+        f = self._firsts[job_id]
+        waiting = self._waiting[job_id]
+        if waiting == f.waiting_s:
+            return f
+        g = object.__new__(TaskFeatures)  # as jobs._variant: valid by construction
+        g.__dict__.update(f.__dict__)
+        g.__dict__["waiting_s"] = waiting
+        return g
+
+
+class PriorityBook:
+    """Per-job memory of the now-independent parts of Eq. 6 (module docstring)."""
+
+    def __init__(self, config: MlfsConfig) -> None:
+        self.config = config
+        self._entries: dict[str, _Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def priorities(
+        self, queued: Sequence[JobView], active: Sequence[JobView], now: float
+    ) -> Priorities:
+        """Eq. 6 for the tasks of ``queued`` (waiting time counted) and ``active`` jobs at
+        ``now``; a job id given twice counts as the last one given."""
+        entries: dict[str, _Entry] = {}
+        old = self._entries
+        for views, queued_ in ((queued, True), (active, False)):
+            for view in views:
+                key = inputs(view, queued_)
+                entry = old.get(view.id)
+                if entry is None or entry.inputs != key:
+                    entry = _entry(view, queued_, key, self.config)
+                entries[view.id] = entry
+        self._entries = entries
+        return self._evaluate(entries, now)
+
+    def _evaluate(self, entries: Mapping[str, _Entry], now: float) -> Priorities:
+        config = self.config
+        unit, floor, a = config.time_unit_s, config.min_horizon_s, config.alpha
+        values = list(entries.values())
+        since = np.array(
+            [now if e.queued_since is None else e.queued_since for e in values], dtype=np.float64
+        )
+        deadline = np.array([e.deadline for e in values], dtype=np.float64)
+        remaining = np.array([e.remaining for e in values], dtype=np.float64)
+        ml = np.array([e.ml[0] for e in values], dtype=np.float64)
+        # MLFS Eq. 4, as priority.own_computation_priority: max(x, y) keeps x unless y > x
+        waited = now - since
+        waiting = np.where(waited > 0.0, waited, 0.0)
+        to_deadline = deadline - now
+        c = config.gamma_w * waiting / unit
+        c = c + config.gamma_d * unit / np.where(floor > to_deadline, floor, to_deadline)
+        c = c + config.gamma_r * unit / np.where(floor > remaining, floor, remaining)
+        total = a * ml + (1 - a) * c  # MLFS Eq. 6
+        out = Priorities()
+        own_c = c.tolist()
+        totals = total.tolist()
+        for i, (job_id, e) in enumerate(entries.items()):
+            out._firsts[job_id] = e.first
+            out._waiting[job_id] = float(waiting[i])
+            if e.order is None:
+                out.tasks[e.keys[0]] = totals[i]
+                out.job[job_id] = totals[i]
+                out._best[job_id] = (e.ml[0], own_c[i])
+            else:
+                self._graph(out, job_id, e, own_c[i])
+        return out
+
+    def _graph(self, out: Priorities, job_id: str, e: _Entry, own_c: float) -> None:
+        """A task graph's Eq. 5 sums and Eq. 6 per task (as ``_discounted_sums``)."""
+        gamma, a = self.config.gamma, self.config.alpha
+        c = [0.0] * len(e.keys)
+        assert e.order is not None
+        for task in e.order:
+            value = own_c
+            for child in e.children[task]:
+                value += gamma * c[child]
+            c[task] = value
+        best = None
+        for task, key in enumerate(e.keys):
+            p = a * e.ml[task] + (1 - a) * c[task]
+            out.tasks[key] = p
+            if best is None or p > best[0]:
+                best = (p, e.ml[task], c[task])
+        assert best is not None
+        out.job[job_id] = best[0]
+        out._best[job_id] = (best[1], best[2])

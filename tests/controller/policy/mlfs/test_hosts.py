@@ -1,0 +1,71 @@
+"""HostPool's vectorised host choice (controller/policy/mlfs/hosts.py) against the reference
+rule, euclid.choose_host, on random pools: the same server, GPU and distance, every time."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from controller.policy.base import NodeView
+from controller.policy.mlfs.config import MlfsConfig
+from controller.policy.mlfs.euclid import TaskLoad, choose_host
+from controller.policy.mlfs.hosts import HostPool
+
+TYPES = ("gpu", "cpu", "memory", "bandwidth")
+CONFIG = MlfsConfig()
+
+
+def _nodes(rng: random.Random, count: int) -> list[NodeView]:
+    levels = (0.0, 0.1, 0.5, 0.85, 0.9, 0.95)  # few values: many exact ties
+    nodes = []
+    for i in range(count):
+        free = tuple(sorted(rng.sample(range(8), rng.randint(0, 8))))
+        util = {r: rng.choice(levels) for r in TYPES} if rng.random() < 0.8 else {}
+        gpu_load = {g: rng.choice((0.0, 0.0, 0.5, 0.95)) for g in range(8)}
+        nodes.append(NodeView(f"n{i:02d}", tuple(range(8)), free, util, gpu_load))
+    return nodes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_choose_is_choose_host(seed: int) -> None:
+    rng = random.Random(seed)
+    pool = HostPool(_nodes(rng, rng.randint(1, 30)), TYPES, CONFIG)
+    servers = list(pool.servers.values())
+    tasks = 6
+    placement = {("p", k): rng.choice(servers).id for k in range(tasks) if rng.random() < 0.5}
+    for k in range(tasks):
+        traffic = {("p", j): rng.choice((1.0, 2.0)) for j in range(tasks) if j != k}
+        demand = tuple(rng.choice((0.0, 0.0, 0.05, 0.3)) for _ in TYPES)
+        task = TaskLoad("p", k, demand, rng.choice((0.0, 0.0, 0.1)), traffic=traffic)
+        per_task = rng.choice((1, 1, 2))
+        exclude = {rng.choice(servers).id} if rng.random() < 0.3 else set()
+        open_ = [s for s in servers if len(s.gpus) >= per_task and s.id not in exclude]
+        want = choose_host(task, open_, placement, None, CONFIG, TYPES)
+        assert pool.choose(task, per_task, placement, exclude) == want
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_place_takes_choose_hosts_servers_one_by_one(seed: int) -> None:
+    rng = random.Random(seed)
+    nodes = _nodes(rng, 20)
+    pool = HostPool(nodes, TYPES, CONFIG)
+    reference = HostPool(nodes, TYPES, CONFIG)
+    demand = (0.0, 0.05, 0.02, 0.1)
+    tasks = [
+        TaskLoad("q", k, demand, 0.0, traffic={("q", j): 1.0 for j in range(5) if j != k})
+        for k in range(5)
+    ]
+    got = pool.place(tasks, 1, {})
+    placement: dict[tuple[str, int], str] = {}
+    want = []
+    for task in tasks:
+        open_ = [s for s in reference.servers.values() if s.gpus]
+        choice = choose_host(task, open_, placement, None, CONFIG, TYPES)
+        if choice is None:
+            want = None
+            break
+        gpus = reference._take(choice.server_id, demand, 1)
+        placement[task.key] = choice.server_id
+        want.append((task.key, choice.server_id, gpus))
+    assert got == want
