@@ -18,7 +18,7 @@ holds the two together.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +30,7 @@ from controller.policy.mlfs.priority import (
     TaskFeatures,
     TaskKey,
     TaskPriority,
-    task_priorities,
+    own_ml_priority,
 )
 
 Inputs = tuple[object, ...]
@@ -69,16 +69,25 @@ class _Entry:
 def _entry(view: JobView, queued: bool, key: Inputs, config: MlfsConfig) -> _Entry:
     features = job_features(view, view.queued_since, queued=queued)  # waiting time 0
     first = features[0]
-    ml = task_priorities(features, 0.0, config)  # P^ML does not read the clock
-    order = None
-    if len(features) > 1:
-        order = tuple(_post_order(features))
+    children = tuple(f.children for f in features)
+    if len(features) == 1:
+        order = None
+        ml = (own_ml_priority(first),)
+    else:
+        order = _post_order(children)
+        sums = [0.0] * len(features)
+        for task in order:  # MLFS Eq. 3, as priority._discounted_sums adds it up
+            value = own_ml_priority(features[task])
+            for child in children[task]:
+                value += config.gamma * sums[child]
+            sums[task] = value
+        ml = tuple(sums)
     return _Entry(
         inputs=key,
         first=first,
         keys=tuple(f.key for f in features),
-        ml=tuple(ml[f.key].ml for f in features),
-        children=tuple(f.children for f in features),
+        ml=ml,
+        children=children,
         order=order,
         deadline=math.inf if first.deadline is None else first.deadline,
         remaining=math.inf if first.remaining_s is None else first.remaining_s,
@@ -86,25 +95,30 @@ def _entry(view: JobView, queued: bool, key: Inputs, config: MlfsConfig) -> _Ent
     )
 
 
-def _post_order(features: Sequence[TaskFeatures]) -> Iterator[int]:
-    """The tasks, each after all its children (the graph is acyclic: ``task_priorities``
-    checked it)."""
-    done: set[int] = set()
-    for root in range(len(features)):
-        stack = [(root, iter(features[root].children))]
+def _post_order(children: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+    """The tasks, each after all its children; :class:`ValueError` on a cycle (never from
+    :func:`~controller.policy.mlfs.jobs.task_graph`, which drops a cyclic graph)."""
+    order: list[int] = []
+    state = [0] * len(children)  # 0 new, 1 on the path, 2 done
+    for root in range(len(children)):
+        if state[root]:
+            continue
+        state[root] = 1
+        stack = [(root, iter(children[root]))]
         while stack:
             task, kids = stack[-1]
-            if task in done:
-                stack.pop()
-                continue
             for child in kids:
-                if child not in done:
-                    stack.append((child, iter(features[child].children)))
+                if state[child] == 1:
+                    raise ValueError(f"dependency cycle through task {child}")
+                if state[child] == 0:
+                    state[child] = 1
+                    stack.append((child, iter(children[child])))
                     break
             else:
                 stack.pop()
-                done.add(task)
-                yield task
+                state[task] = 2
+                order.append(task)
+    return tuple(order)
 
 
 class Priorities:

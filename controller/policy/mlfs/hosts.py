@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class HostPool:
             busy = (size - len(node.free_gpu_indices)) / size if size else 0.0
             point = tuple(_unit(node.utilization.get(r, busy)) for r in self.resources)
             loads = {g: _unit(node.gpu_utilization.get(g, 0.0)) for g in node.free_gpu_indices}
-            self.servers[node.id] = Server(node.id, point, loads)
+            self.servers[node.id] = _server(node.id, point, loads)
             self.sizes[node.id] = size
             if node.utilization:
                 self.measured.add(node.id)
@@ -144,6 +145,13 @@ class HostPool:
             total += fit * servers
         self._idle[key] = total
         return total
+
+    def load_summary(self) -> tuple[int, tuple[float, ...], float, int]:
+        """Free GPUs, each resource type's utilisation summed over the servers (in id order,
+        one after another), the largest utilisation and the number of overloaded servers."""
+        sums = np.cumsum(self._point, axis=0)[-1] if len(self._ids) else self._point.sum(axis=0)
+        peak = float(self._point.max()) if self._point.size else 0.0
+        return int(self._free.sum()), tuple(sums.tolist()), peak, int(self._hot.sum())
 
     def free_map(self) -> dict[str, tuple[int, ...]]:
         """The GPUs still free (not given away in this decision), per server."""
@@ -251,7 +259,7 @@ class HostPool:
         """Take a leaving task's load off its server (its GPUs are not free yet)."""
         s = self.servers[server_id]
         point = tuple(max(0.0, u - d) for u, d in zip(s.utilisation, demand, strict=True))
-        self._set(Server(server_id, point, s.gpus))
+        self._set(_server(server_id, point, s.gpus))
 
     def _take(self, server_id: str, demand: Sequence[float], count: int) -> tuple[int, ...]:
         """Give the task the ``count`` least-loaded free GPUs and add its load (§3.3.2)."""
@@ -260,12 +268,20 @@ class HostPool:
         point = tuple(min(1.0, u + d) for u, d in zip(s.utilisation, demand, strict=True))
         loads = {g: v for g, v in s.gpus.items() if g not in gpus}
         self._journal.append(s)
-        self._set(Server(server_id, point, loads))
+        self._set(_server(server_id, point, loads))
         return tuple(sorted(gpus))
 
     def _undo(self, mark: int) -> None:
         while len(self._journal) > mark:
             self._set(self._journal.pop())
+
+
+def _server(server_id: str, point: tuple[float, ...], gpus: Mapping[int, float]) -> Server:
+    """``Server(server_id, point, gpus)`` without ``__init__``'s checks, which cost more than
+    the rest of a cycle's bookkeeping: every value here is a share clipped to [0, 1]."""
+    s = object.__new__(Server)
+    s.__dict__.update(id=server_id, utilisation=point, gpus=MappingProxyType(dict(gpus)))
+    return s
 
 
 def _summary(s: Server, h_r: float) -> tuple[int, int, float, bool]:

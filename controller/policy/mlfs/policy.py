@@ -39,7 +39,12 @@ tasks of an overloaded GPU) cannot apply: moving the only task of a GPU moves it
 Overload is judged on the resource types; a free GPU is refused only if its own load is above
 ``h_r`` (a process outside mlsched).
 
-State: none besides the memoised task graphs of :func:`.jobs.task_graph`.
+State: besides the memoised task graphs of :func:`.jobs.task_graph`, a
+:class:`.book.PriorityBook`: per job of the latest cycle, the parts of Eq. 6 that do not read
+the clock, kept while the job's own inputs are unchanged. It changes no decision (a test holds
+it to :func:`.priority.task_priorities`). A cycle that can neither start nor move a job (no
+free GPU on an underloaded server, no overload, no agent's request) renews the expired leases
+and computes no priority: without lease-boundary preemption none would matter.
 """
 
 from __future__ import annotations

@@ -278,23 +278,14 @@ def job_rows(
 
 def context_row(pool: HostPool, total_gpus: int, candidates_left: int) -> list[float]:
     """``CONTEXT_FEATURES`` of the servers as the decision has left them so far."""
-    servers = list(pool.servers.values())
-    free = sum(len(s.gpus) for s in servers)
-    types = len(pool.resources)
-    means = [0.0] * len(RESOURCES)
-    peak = 0.0
-    hot = 0
-    for s in servers:
-        for i, r in enumerate(RESOURCES):
-            if r in pool.resources:
-                means[i] += s.utilisation[pool.resources.index(r)]
-        if types:
-            peak = max(peak, *s.utilisation)
-        hot += is_overloaded(s, pool.config.h_r)
-    count = max(1, len(servers))
+    free, sums, peak, hot = pool.load_summary()
+    count = max(1, len(pool.servers))
+    means = [
+        sums[pool.resources.index(r)] / count if r in pool.resources else 0.0 for r in RESOURCES
+    ]
     return [
         free / total_gpus if total_gpus else 0.0,
-        *(m / count for m in means),
+        *means,
         peak,
         hot / count,
         _log1p(candidates_left) / 5.0,
