@@ -169,6 +169,8 @@ class AgentEvents:
             if task is None or job is None or task.node_id != node_id or rank != 0:
                 return
             first = self._count_report(job.id, attempt)
+            if job.training_started_at is None and job.attempt_started_at is not None:
+                job.training_started_at = self.state.clock.now()
             self._record_loss(job, progress)
             job.iteration = progress.iteration
             if progress.iteration_time_s > 0:

@@ -50,6 +50,7 @@ def launch(
         job.first_start_time = now
     job.lease_expires_at = now + lease_s
     job.attempt_started_at = now
+    job.training_started_at = None  # set by the attempt's first progress report
     job.restored_step = 0
     job.master_port = _pick_master_port(state, job, placement[0].node_id)
     if job.resumes and job.resumes[-1].resumed_at is None:
@@ -163,6 +164,7 @@ def settle(state: ControllerState, job: Job) -> None:
         held = state.attempt_gpus(job.id)  # fewer than spec.gpus in a profiling run
         job.attained_gpu_s += (state.clock.now() - job.attempt_started_at) * held
         job.attempt_started_at = None
+    job.training_started_at = None
     tasks = state.job_tasks(job.id)
     if job.state is JobState.CANCELLING:
         _set_state(state, job, JobState.CANCELLED, job.message)

@@ -76,6 +76,7 @@ def job_view(state: ControllerState, job: Job) -> JobView:
         lease_expires_at=job.lease_expires_at,
         placement=placement,
         running_since=job.attempt_started_at if placement else None,
+        training_since=job.training_started_at if placement else None,
         attained_gpu_s=attained,
         estimated_remaining_s=estimated_remaining_s(job),
         speed_samples=tuple(job.speed_samples),

@@ -218,6 +218,7 @@ class Job:
     lease_expires_at: float | None = None
     master_port: int = 0
     attempt_started_at: float | None = None
+    training_started_at: float | None = None  # first progress report of the current attempt
     attained_gpu_s: float = 0.0  # GPU-seconds of finished attempts
     iteration_time_s: float = 0.0  # last reported by rank 0
     message: str = ""

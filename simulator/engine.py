@@ -184,6 +184,7 @@ class _Job:
             "lease_expires_at": None,
             "placement": (),
             "running_since": None,
+            "training_since": None,
             "attained_gpu_s": 0.0,
             "estimated_remaining_s": work,
             "model": trace.model,
@@ -591,6 +592,7 @@ class Simulation:
         fields["attempt"] = job.attempt
         fields["placement"] = placement
         fields["running_since"] = now
+        fields["training_since"] = job.progress_from
         fields["lease_expires_at"] = now + lease_s
         if self._loads_on:
             self._occupy(job)
@@ -632,6 +634,7 @@ class Simulation:
         fields["queued_since"] = self._now
         fields["placement"] = ()
         fields["running_since"] = None
+        fields["training_since"] = None
         fields["attained_gpu_s"] = job.record.gpu_s
         fields["estimated_remaining_s"] = job.remaining
         self._enqueue(job)
@@ -710,6 +713,7 @@ class Simulation:
         fields["attempt"] = job.attempt
         fields["placement"] = placement
         fields["running_since"] = now
+        fields["training_since"] = job.progress_from
         fields["lease_expires_at"] = now + lease_s
         if self._loads_on:
             self._occupy(job)

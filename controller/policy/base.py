@@ -62,6 +62,9 @@ class JobView:
     lease_expires_at: float | None = None
     placement: tuple[TaskPlacement, ...] = ()  # empty unless active
     running_since: float | None = None  # start of the current attempt
+    # When the current attempt began to train: live, its first progress report; in the
+    # simulator, the end of its resume overhead (may lie ahead). None: not yet, or not active.
+    training_since: float | None = None
     attained_gpu_s: float = 0.0  # GPU-seconds of service received so far (Tiresias' 2D-LAS)
     estimated_remaining_s: float | None = None  # at the current allocation; None: unknown
     model: str = ""  # model name when known (traces), for placement-aware speed models

@@ -4,14 +4,27 @@ Jobs are served in the order they joined the queue (submission, or suspension fo
 yielded its GPUs), strictly: when the head of the queue does not fit, nothing behind it starts.
 Leases add time slicing (the round-robin reading of FIFO under leases, as in Gavel's and
 Chronus' lease iterators): when a running job's lease expires while the head of the queue is
-waiting, and releasing expired jobs (the longest-running first) would make the head fit, those
-jobs are suspended at their lease boundary and rejoin the queue at its tail. With
-``time_slicing=False`` (``fifo``) leases are always renewed: plain non-preemptive FIFO;
+waiting, and releasing running jobs (those that may yield soonest, the longest-running first)
+would make the head fit, those jobs are suspended at their lease boundary and rejoin the queue
+at its tail.
+
+Two rules keep the slicing from starving anyone:
+
+- A lease counts training time: a job yields only once it has trained for a whole lease in its
+  current attempt (``JobView.training_since``), so a job whose start-up (imports, process-group
+  set-up, restoring a checkpoint) outlasts the lease is not suspended before its first step,
+  again and again.
+- Victims yield together: when the head needs the GPUs of several jobs whose leases end at
+  different times, the expired ones are renewed only until the last of them may yield, so
+  their leases line up instead of drifting past each other forever.
+
+With ``time_slicing=False`` (``fifo``) leases are always renewed: plain non-preemptive FIFO;
 ``fifo-lease`` is the time-sliced variant.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from controller.placement import place_job, with_released, without
@@ -29,11 +42,21 @@ class FifoPolicy:
         free = snapshot.free_gpus()
         whole_cluster = {n.id: n.gpu_indices for n in snapshot.nodes}
         being_released = tuple(p for view in snapshot.busy for p in view.placement)
-        expired = sorted(
-            snapshot.expired(), key=lambda j: (j.running_since or 0.0, j.submit_time, j.id)
+        expired = snapshot.expired()
+        now = snapshot.now
+        # Victims: those that may yield soonest, and among them the longest-running first.
+        by_turn = sorted(
+            snapshot.active,
+            key=lambda j: (
+                max(_may_yield_at(j, lease), now),
+                j.running_since or 0.0,
+                j.submit_time,
+                j.id,
+            ),
         )
         launches: list[Launch] = []
         suspends: list[Suspend] = []
+        leases = {j.id: lease for j in expired}
         for job in snapshot.queued:  # already in queue order
             if place_job(whole_cluster, job.gpus, job.spec.gpus_per_process) is None:
                 continue  # can never run on this cluster; must not block the queue
@@ -46,22 +69,36 @@ class FifoPolicy:
             if place_job(soon_free, job.gpus, job.spec.gpus_per_process) is not None:
                 break  # GPUs being released right now will do: suspend nobody else
             if self.time_slicing:
-                victims = _victims_to_fit(soon_free, expired, job)
-                suspends.extend(
-                    Suspend(v.id, f"lease expired; yields to {job.id}") for v in victims
-                )
+                victims = _victims_to_fit(soon_free, by_turn, job)
+                ready = max((_may_yield_at(v, lease) for v in victims), default=math.inf)
+                if ready <= now:
+                    suspends.extend(
+                        Suspend(v.id, f"lease expired; yields to {job.id}") for v in victims
+                    )
+                elif math.isfinite(ready):  # line the victims' leases up at ``ready``
+                    for v in victims:
+                        if v.id in leases:
+                            leases[v.id] = ready - now
             break  # strict FIFO: the head waits and nothing overtakes it
         suspended = {s.job_id for s in suspends}
-        renewals = tuple(Renew(j.id, lease) for j in expired if j.id not in suspended)
+        renewals = tuple(Renew(j.id, leases[j.id]) for j in expired if j.id not in suspended)
         return Decision(launch=tuple(launches), renew=renewals, suspend=tuple(suspends))
 
 
+def _may_yield_at(job: JobView, lease_s: float) -> float:
+    """When the job's lease has ended and it has trained a whole lease in this attempt
+    (infinity while it has not trained at all: when that ends is unknown)."""
+    if job.training_since is None:
+        return math.inf
+    return max(job.lease_expires_at or 0.0, job.training_since + lease_s)
+
+
 def _victims_to_fit(
-    free: dict[str, tuple[int, ...]], expired: list[JobView], job: JobView
+    free: dict[str, tuple[int, ...]], running: list[JobView], job: JobView
 ) -> list[JobView]:
-    """The fewest expired jobs, longest-running first, whose release lets ``job`` fit."""
+    """The first of ``running`` (in its order) whose release lets ``job`` fit."""
     chosen: list[JobView] = []
-    for victim in expired:
+    for victim in running:
         chosen.append(victim)
         free = with_released(free, victim.placement)
         if place_job(free, job.gpus, job.spec.gpus_per_process) is not None:

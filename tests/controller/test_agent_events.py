@@ -580,6 +580,36 @@ def test_suspend_resume_overhead_is_suspension_plus_resumption(cluster):
     assert view.sr_overhead_s == 9.0
 
 
+def training_since(c, job_id: str) -> float | None:
+    with c.state.lock:
+        snapshot = build_snapshot(c.state)
+    [view] = [v for v in (*snapshot.active, *snapshot.queued) if v.id == job_id]
+    return view.training_since
+
+
+def test_training_time_starts_at_each_attempts_first_progress_report(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = running_on(c, "n1")  # launched at T0
+    assert training_since(c, job.id) is None  # running, but no step yet
+    c.advance(7.0)
+    c.events.progress("n1", job.id, 0, 1, progress(1, 1.0))
+    c.advance(1.0)
+    c.events.progress("n1", job.id, 0, 1, progress(2, 1.0))
+    assert training_since(c, job.id) == T0 + 7.0
+    assert c.store.load().jobs[job.id].training_started_at == T0 + 7.0
+    suspend_by_policy(c, job)
+    c.report(job.id, 0, TaskState.SUSPENDED)
+    assert training_since(c, job.id) is None  # queued again
+    c.scheduler.policy = FifoPolicy()
+    c.cycle()
+    assert job.attempt == 2
+    assert training_since(c, job.id) is None  # the new attempt has not trained yet
+    c.advance(5.0)
+    c.events.progress("n1", job.id, 0, 2, progress(3, 1.0))
+    assert training_since(c, job.id) == T0 + 13.0
+
+
 def test_only_the_latest_suspend_resume_overheads_are_kept(cluster):
     c = cluster
     c.add_node("n1", 1)

@@ -20,9 +20,15 @@ from controller.policy.base import ClusterSnapshot, Decision, Launch, Renew, Sus
 from controller.policy.fifo import FifoPolicy
 from controller.scheduler import Scheduler, SchedulerLoop
 from controller.snapshot import build_snapshot
-from mlsched.model import JobEstimate, JobState, ResumeRecord, TaskState
+from mlsched.model import JobEstimate, JobState, Progress, ResumeRecord, TaskState
 
 T0 = 1_000.0
+
+
+def first_step(c, node: str, job_id: str) -> None:
+    """Rank 0 reports the attempt's first training step now."""
+    attempt = c.tasks(job_id)[0].attempt
+    c.events.progress(node, job_id, 0, attempt, Progress(1, 1.0, {}, 0.25, 64, c.clock.now()))
 
 
 def tp(rank: int, node: str, *gpus: int) -> TaskPlacement:
@@ -85,6 +91,7 @@ def test_submit_run_suspend_resume_complete(cluster):
     assert a.state is JobState.STARTING  # rank 1 has not reported yet
     c.report(a.id, 1, TaskState.RUNNING)
     assert a.state is JobState.RUNNING
+    first_step(c, "n1", a.id)  # a lease counts training time: A trains from t=0
 
     # t=10: B goes to n2. t=50: C waits; nobody's lease has expired yet.
     c.advance(10.0, heartbeat=True)
@@ -92,6 +99,7 @@ def test_submit_run_suspend_resume_complete(cluster):
     c.cycle()
     assert [t.node_id for t in c.tasks(b.id)] == ["n2", "n2"]
     c.report_all(b.id, TaskState.RUNNING)
+    first_step(c, "n2", b.id)
     c.advance(40.0, heartbeat=True)
     job_c = c.submit(gpus=2, name="c")
     c.sink.clear()

@@ -216,11 +216,14 @@ def make_running(
     remaining: float | None = None,
     job_class: JobClass = JobClass.BEST_EFFORT,
     deadlines: tuple[float, ...] = (),
+    startup_s: float | None = 0.0,
 ) -> JobView:
     """An active job (attempt 1) on ``placement``, its lease ending at ``expires``; it runs
     ``since`` its submission unless told. ``attained``: GPU-seconds so far, including the
-    current attempt."""
+    current attempt. ``startup_s``: from the attempt's start to its first step (None: it has
+    not trained yet)."""
     submit, queued = _times(submit_time, queued_since)
+    started = submit if since is None else since
     return JobView(
         id=job_id,
         user="alice",
@@ -237,7 +240,8 @@ def make_running(
         suspensions=0,
         lease_expires_at=expires,
         placement=placement,
-        running_since=submit if since is None else since,
+        running_since=started,
+        training_since=None if startup_s is None else started + startup_s,
         attained_gpu_s=attained,
         estimated_remaining_s=remaining,
     )

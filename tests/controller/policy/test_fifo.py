@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from controller.placement import TaskPlacement
@@ -165,17 +167,70 @@ def test_victims_accumulate_until_the_head_fits(
     assert decision.launch == ()
 
 
-def test_no_suspension_when_releasing_all_expired_jobs_is_not_enough(
+def test_expired_victims_wait_for_the_others_and_their_leases_line_up(
     on, waiting, running, snapshot
 ):
-    # H needs all 4 GPUs but C's lease has not expired: suspending A and B is pointless.
+    # H needs all 4 GPUs but C's lease runs to 150: suspending A and B now is pointless.
+    # They are renewed until 150, so that all three yield together then.
     a = running("A", on("n1", 0), since=0.0, expires=100.0)
     b = running("B", on("n1", 1), since=5.0, expires=100.0)
     c = running("C", on("n2", 0, 1), since=10.0, expires=150.0)
+    head = waiting("H", 4, queued_since=1.0)
+    decision = FifoPolicy().decide(snapshot(100.0, active=[a, b, c], queued=[head]))
+    assert decision == Decision(renew=(Renew("A", 50.0), Renew("B", 50.0)))
+    a, b = (dataclasses.replace(v, lease_expires_at=150.0) for v in (a, b))
+    decision = FifoPolicy().decide(snapshot(150.0, active=[a, b, c], queued=[head]))
+    assert suspended(decision) == ["A", "B", "C"]
+
+
+def test_a_victim_that_has_not_trained_leaves_the_others_on_full_leases(
+    on, waiting, running, snapshot
+):
+    # C has not trained yet, so when it may yield is unknown: A and B get whole leases.
+    a = running("A", on("n1", 0), since=0.0, expires=100.0)
+    b = running("B", on("n1", 1), since=5.0, expires=100.0)
+    c = running("C", on("n2", 0, 1), since=10.0, expires=150.0, startup_s=None)
     decision = FifoPolicy().decide(
         snapshot(100.0, active=[a, b, c], queued=[waiting("H", 4, queued_since=1.0)])
     )
     assert decision == Decision(renew=(Renew("A", LEASE), Renew("B", LEASE)))
+
+
+def test_a_job_still_starting_up_is_renewed_not_suspended(on, waiting, running, snapshot):
+    # Y's lease (0-100) expired before its first step: a start-up longer than the lease must
+    # not cost it the GPUs, or it would be suspended before every first step, forever.
+    y = running("Y", on("n1", 0, 1), since=0.0, expires=100.0, startup_s=None)
+    decision = FifoPolicy().decide(
+        snapshot(100.0, active=[y], queued=[waiting("H", 2, queued_since=1.0)], nodes={"n1": 2})
+    )
+    assert decision == Decision(renew=(Renew("Y", LEASE),))
+
+
+@pytest.mark.parametrize(
+    ("now", "victims"),
+    # Y started at 0 and trained from 30: a whole lease of training ends at 130.
+    [(100.0, []), (129.9, []), (130.0, ["Y"])],
+)
+def test_a_lease_counts_training_time_not_start_up(
+    now: float, victims: list[str], on, waiting, running, snapshot
+):
+    y = running("Y", on("n1", 0, 1), since=0.0, expires=100.0, startup_s=30.0)
+    decision = FifoPolicy().decide(
+        snapshot(now, active=[y], queued=[waiting("H", 2, queued_since=1.0)], nodes={"n1": 2})
+    )
+    assert suspended(decision) == victims
+    assert renewed(decision) == ([] if victims else ["Y"])
+
+
+def test_a_slow_starter_is_passed_over_for_a_job_that_trained(on, waiting, running, snapshot):
+    # Both expired; Y is older but has not trained yet, so X yields instead.
+    x = running("X", on("n2", 0, 1), since=20.0, expires=120.0)
+    y = running("Y", on("n1", 0, 1), since=5.0, expires=105.0, startup_s=None)
+    decision = FifoPolicy().decide(
+        snapshot(120.0, active=[x, y], queued=[waiting("H", 2, queued_since=1.0)])
+    )
+    assert suspended(decision) == ["X"]
+    assert renewed(decision) == ["Y"]
 
 
 def test_unexpired_jobs_are_never_suspended_or_renewed(on, waiting, running, snapshot):
