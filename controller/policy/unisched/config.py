@@ -18,7 +18,9 @@ class UniSchedConfig:
     lease (10 min = 2 x 5 min). ``horizon``: SLO lease terms modelled by explicit x_{k,i}
     variables (terms beyond it count as available, without a capacity check; our choice, the
     paper does not bound the plan). ``solver`` / ``time_limit_s``: the MILP backend and its
-    limit per cycle; past it the previous cycle's solution is reused (§III-C4).
+    limit per cycle; past it the previous cycle's solution is reused (§III-C4). "scipy" (HiGHS
+    in ``scipy.optimize.milp`` on a sparse-matrix build) is the default, "cbc" and "highs"
+    build the same model with python-mip (docs/unisched.md, "Solver speed").
     ``default_t_sr_s``: t_sr before one is measured. ``inter_node_ratio``: T2 / T1 when only
     one was profiled (see ``controller.estimator.speed``). Ablations: ``sr_aware`` off drops
     T_sr from Eq. 1; ``iteration_estimator`` off uses the maximum iterations for
@@ -38,7 +40,7 @@ class UniSchedConfig:
     be_lease_s: float | None = None
     slo_lease_multiple: int = 2
     horizon: int = 12
-    solver: str = "cbc"
+    solver: str = "scipy"
     time_limit_s: float = 1.0
     profiler_reward: float = 1.0  # above every best-effort reward, 1:100 against SLO rewards
     profiling: bool = True

@@ -24,12 +24,14 @@ from scipy.sparse import csc_array
 from controller.policy.unisched.milp import MilpProblem, MilpSolution, feasible_deadlines
 
 _INF = np.inf
-# Measured on the MILPs of a MIX2 run (docs/unisched.md, "Solver speed"): HiGHS's presolve took
-# most of a second on the largest ones (it reduces them to a few rows, but CBC solved them
-# faster), so it is off; without it no solve reached the 1 s limit. A gap of 0: the default
-# relative gap (1e-4, as CBC's) lets the solver stop with best-effort rewards of 0.2-0.5 left
-# on the table when the SLO rewards add up to 10^4-10^5, and HiGHS did.
-_OPTIONS: dict[str, object] = {"presolve": False, "mip_rel_gap": 0.0}
+# Measured on the MILPs of MIX2 runs (docs/unisched.md, "Solver speed"): HiGHS's presolve
+# saves a quarter of the solve time on models under ~1,500 columns but took most of a second
+# on the largest ones (over 4,000 columns: twice the time of a solve without it, and twice the
+# solves cut off by the time limit), so it runs on small models only. A gap of 0: at the
+# default relative gap (1e-4, as CBC's) HiGHS stopped with best-effort rewards of 0.2-0.5 left
+# on the table when the SLO rewards add up to 10^4-10^5.
+_PRESOLVE_MAX_COLUMNS = 2000
+_OPTIONS: dict[str, object] = {"mip_rel_gap": 0.0}
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,7 @@ def solve_matrices(m: Matrices, time_limit_s: float = 1.0) -> MatrixAnswer:
     """HiGHS on the matrices, within ``time_limit_s``."""
     started = time.perf_counter()
     options: dict[str, object] = {"time_limit": time_limit_s, **_OPTIONS}
+    options["presolve"] = m.c.size <= _PRESOLVE_MAX_COLUMNS
     if m.first_feasible:
         options["mip_max_improving_sols"] = 1  # HiGHS's own option, passed on verbatim
     constraints = LinearConstraint(m.a, m.lo, m.hi) if m.lo.size else None
