@@ -54,6 +54,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from controller.placement import TaskPlacement
 from controller.policy.base import (
     ClusterSnapshot,
@@ -139,7 +141,17 @@ class MlfhPolicy:
         items = [(v, False) for v in snapshot.queued] + [(m.view, True) for m in movers.values()]
         items.sort(key=lambda item: (-job_priority[item[0].id], item[0].id))
         room = pool.room(1) > 0
-        for view, moving in items:
+        scan = _Scan(items, pool, self.resources) if room else None
+        index = 0
+        while index < len(items):
+            if scan is not None and room:  # queued jobs that cannot fit by capacity: skipped
+                ahead = scan.next_candidate(index, pool)
+                waiting.extend(view for view, _ in items[index:ahead])
+                if ahead == len(items):
+                    break
+                index = ahead
+            view, moving = items[index]
+            index += 1
             if moving:
                 mover = movers[view.id]
                 placement = place_mover(mover, pool, tasks, self.resources) if room else None
@@ -149,9 +161,10 @@ class MlfhPolicy:
                     reason = f"moved off overloaded {', '.join(sorted(mover.sources))}"
                     migrations.append(Migrate(view.id, placement, lease, reason))
             else:
+                assert scan is not None or not room
                 placement = (
-                    place_queued(view, queued_demand(view, pool, self.resources), pool, tasks)
-                    if room
+                    place_queued(view, scan.demand[index - 1], pool, tasks)
+                    if scan is not None and room
                     else None
                 )
                 if placement is None:
@@ -252,6 +265,41 @@ class MlfhPolicy:
         from controller.policy.mlfs.loadcontrol import load_control  # MLF-C, §3.5
 
         return tuple(load_control(snapshot, self.config))
+
+
+class _Scan:
+    """The queue pass's shortcut: a queued job whose tasks the servers cannot take by
+    ``HostPool.capacity`` is skipped by ``place_queued`` without a change, so runs of them are
+    found with one array test per kind of job (demand, GPUs per task) instead of one call each.
+    Movers are never skipped."""
+
+    def __init__(
+        self, items: Sequence[tuple[JobView, bool]], pool: HostPool, resources: tuple[str, ...]
+    ) -> None:
+        kinds: dict[tuple[tuple[float, ...], int], int] = {}
+        self.demand: list[tuple[float, ...]] = []
+        kind, tasks = [], []
+        for view, moving in items:
+            demand = () if moving else queued_demand(view, pool, resources)
+            self.demand.append(demand)
+            key = (demand, view.spec.gpus_per_process)
+            kind.append(-1 if moving else kinds.setdefault(key, len(kinds)))
+            tasks.append(view.spec.num_tasks)
+        self.kinds = list(kinds)
+        self.kind = np.array(kind, dtype=np.intp)
+        self.tasks = np.array(tasks, dtype=np.int64)
+        self.moving = self.kind < 0
+
+    def next_candidate(self, start: int, pool: HostPool) -> int:
+        """The first item from ``start`` on that is a mover or may fit (len: none)."""
+        capacity = np.array(
+            [pool.capacity(demand, per_task) for demand, per_task in self.kinds] or [0],
+            dtype=np.int64,
+        )
+        tasks = self.tasks[start:]
+        fits = (tasks >= 1) & (capacity[np.maximum(self.kind[start:], 0)] >= tasks)
+        hits = np.flatnonzero(self.moving[start:] | fits)
+        return start + int(hits[0]) if hits.size else len(self.kind)
 
 
 def _job_priorities(tasks: Mapping[TaskKey, float]) -> dict[str, float]:
