@@ -211,3 +211,31 @@ def test_rows_are_finite_on_a_snapshot() -> None:
     )
     for v in snap.queued:
         assert all(math.isfinite(x) for x in row_of(v, snap.now).values())
+
+
+def test_row_book_keeps_clock_free_columns_and_redoes_them_on_new_inputs() -> None:
+    """RowBook gives job_row's row to the bit; the kept part is recomputed when the job's
+    own inputs (here its iteration and losses) change, and the clock columns every time."""
+    from controller.policy.mlfs.book import PriorityBook
+    from controller.policy.mlfs.rl.features import RowBook
+
+    rows, book = RowBook(), PriorityBook(CONFIG)
+
+    def both(v: JobView, now: float) -> tuple[list[float], list[float]]:
+        rows.start()
+        got = book.priorities([v], [], now)
+        kept = rows.row(Candidate(v), got.first(v.id), got.best(v.id), now, 16, CONFIG)
+        return kept, list(row_of(v, now).values())
+
+    first = view()
+    kept, fresh = both(first, HOUR)
+    assert kept == fresh
+    kept, fresh = both(first, 2 * HOUR)  # an hour later: waited 2 h
+    assert kept == fresh
+    assert kept[JOB_FEATURES.index("waiting")] == pytest.approx(math.log1p(2.0))
+    # Two more iterations and a new loss: I = 6, ratio (0.5 - 0.3) / (2.0 - 0.3) = 2 / 17
+    later = view(iteration=5, losses=(2.0, 0.5, 0.3))
+    kept, fresh = both(later, 2 * HOUR)
+    assert kept == fresh
+    assert kept[JOB_FEATURES.index("inv_iteration")] == pytest.approx(1 / 6)
+    assert kept[JOB_FEATURES.index("loss_ratio")] == pytest.approx(2 / 17)
