@@ -20,12 +20,15 @@ three run at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -229,25 +232,57 @@ def run_demo(
     root = Path(tempfile.mkdtemp(prefix="mlsched-demo-"))
     cluster = LocalCluster(root, ClusterTiming(lease_s=lease_s), policy=scenario.policy)
     started = time.monotonic()
-    try:
-        cluster.start_controller()
-        for node_id in NODES:
-            cluster.start_agent(node_id, gpus=scenario.gpus_per_node)
-        cluster.wait_for_nodes(set(NODES))
-        print(
-            f"controller {cluster.address} (policy {scenario.policy}), agents "
-            f"{', '.join(NODES)} ({scenario.gpus_per_node} GPUs each), lease {lease_s:g} s, "
-            f"state in {root}\nstory: {scenario.story}",
-            file=out,
-        )
-        with cluster.client("demo") as client:
-            driver = _Driver(client, scenario, out, started, started + timeout_s)
-            jobs = driver.run()
-    finally:
-        cluster.stop()
-        if not keep:
-            shutil.rmtree(root, ignore_errors=True)
+    with _terminate_as_exit():
+        try:
+            driver, jobs = _run_cluster(cluster, scenario, lease_s, root, out, started, timeout_s)
+        finally:
+            cluster.stop()
+            if not keep:
+                shutil.rmtree(root, ignore_errors=True)
     return _report(scenario, jobs, driver.seen, time.monotonic() - started, json_output, out)
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM (``timeout``, a service manager) unwinds like Ctrl-C, so the demo's cluster and
+    its training processes are torn down instead of left running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _exit(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_cluster(
+    cluster: LocalCluster,
+    scenario: Scenario,
+    lease_s: float,
+    root: Path,
+    out: TextIO,
+    started: float,
+    timeout_s: float,
+) -> tuple[_Driver, JobList]:
+    cluster.start_controller()
+    for node_id in NODES:
+        cluster.start_agent(node_id, gpus=scenario.gpus_per_node)
+    cluster.wait_for_nodes(set(NODES))
+    print(
+        f"controller {cluster.address} (policy {scenario.policy}), agents "
+        f"{', '.join(NODES)} ({scenario.gpus_per_node} GPUs each), lease {lease_s:g} s, "
+        f"state in {root}\nstory: {scenario.story}",
+        file=out,
+        flush=True,
+    )
+    with cluster.client("demo") as client:
+        driver = _Driver(client, scenario, out, started, started + timeout_s)
+        return driver, driver.run()
 
 
 class _Driver:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import signal
+import subprocess
+import sys
 
+import psutil
 import pytest
 
 from mlsched.demo import SCENARIOS, Scenario, run_demo
@@ -66,3 +71,35 @@ def test_the_unisched_demo_shows_profiling_estimates_and_the_joint_allocation(ca
     # 3-GPU jobs do that (rounded up to 4-GPU cells, one job waits)
     assert summary["checks"]["joint_allocation_runs_all_three"]
     assert sorted(j["gpus"] for j in summary["jobs"]) == [2, 3, 3]
+
+
+def test_sigterm_stops_the_demo_and_every_process_it_started():
+    # `timeout` and service managers send SIGTERM: the demo must tear its cluster down (agents,
+    # controller, training processes) as it does at the end of a run.
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "mlsched", "demo"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert demo.stdout is not None
+    root = ""
+    for line in demo.stdout:
+        if "state in " in line:
+            root = line.rsplit("state in ", 1)[1].strip()
+        if " RUNNING " in line:  # a training process is up
+            break
+    assert root, "the demo never said where its state is"
+    demo.send_signal(signal.SIGTERM)
+    demo.stdout.read()
+    assert demo.wait(timeout=120) == 128 + signal.SIGTERM
+    left = [p.pid for p in psutil.process_iter() if _started_under(p, root)]
+    assert left == []
+    assert not os.path.exists(root)
+
+
+def _started_under(process: psutil.Process, root: str) -> bool:
+    try:
+        return process.environ().get("MLSCHED_CHECKPOINT_DIR", "").startswith(root)
+    except (psutil.Error, OSError):
+        return False
