@@ -130,6 +130,27 @@ class HostPool:
             self._capacity[key] = total
         return total
 
+    def capacities(self, demands: np.ndarray, per_task: np.ndarray) -> np.ndarray:
+        """:meth:`capacity` (nothing excluded) for many kinds of task at once: ``demands``
+        (kinds x resource types), ``per_task`` (kinds) -> tasks per kind. The same sums and
+        comparisons, element by element."""
+        kinds = len(per_task)
+        if kinds == 0 or not self._ids:
+            return np.zeros(kinds, dtype=np.int64)
+        limit = self.config.h_r + _EPS
+        per = per_task[:, None]
+        fit = np.minimum(self._free // per, -(-self._usable // per))  # kinds x servers
+        headroom = limit - self._point  # servers x types
+        for m in range(demands.shape[1]):
+            d = demands[:, m : m + 1]
+            loaded = d[:, 0] > 0
+            if loaded.any():
+                room = np.floor(headroom[None, :, m] / np.where(d > 0, d, 1.0) + _SLACK)
+                room = np.maximum(0, room).astype(np.int64)
+                fit = np.where(loaded[:, None], np.minimum(fit, room), fit)
+        usable = (self._free >= per) & ~self._hot
+        return np.where(usable, fit, 0).sum(axis=1)
+
     def idle_capacity(self, demand: Sequence[float], per_task: int) -> int:
         """:meth:`capacity` on the same servers idle: every GPU free, nothing loaded."""
         key = (tuple(demand), per_task)
@@ -243,8 +264,9 @@ class HostPool:
         gaps = self._point[rows] - lowest
         rough = (gaps * gaps).sum(axis=1)
         if share:
-            shares = np.array([share.get(r, 0.0) for r in rows.tolist()], dtype=np.float64)
-            rough += (shares - ideal[-2]) ** 2
+            shares = np.zeros(len(self._ids), dtype=np.float64)
+            shares[list(share)] = list(share.values())
+            rough += (shares[rows] - ideal[-2]) ** 2
         near = rows[rough <= rough.min() * (1 + _NEAR) + 1e-300]
         best: HostChoice | None = None
         for row in near.tolist():  # in id order: ties go to the smaller id

@@ -285,19 +285,18 @@ class _Scan:
             key = (demand, view.spec.gpus_per_process)
             kind.append(-1 if moving else kinds.setdefault(key, len(kinds)))
             tasks.append(view.spec.num_tasks)
-        self.kinds = list(kinds)
+        width = len(resources)
+        self.demands = np.array([d for d, _ in kinds], dtype=np.float64).reshape(-1, width)
+        self.per_task = np.array([p for _, p in kinds], dtype=np.int64)
         self.kind = np.array(kind, dtype=np.intp)
         self.tasks = np.array(tasks, dtype=np.int64)
         self.moving = self.kind < 0
 
     def next_candidate(self, start: int, pool: HostPool) -> int:
         """The first item from ``start`` on that is a mover or may fit (len: none)."""
-        capacity = np.array(
-            [pool.capacity(demand, per_task) for demand, per_task in self.kinds] or [0],
-            dtype=np.int64,
-        )
+        capacity = np.append(pool.capacities(self.demands, self.per_task), 0)
         tasks = self.tasks[start:]
-        fits = (tasks >= 1) & (capacity[np.maximum(self.kind[start:], 0)] >= tasks)
+        fits = (tasks >= 1) & (capacity[self.kind[start:]] >= tasks)  # a mover: the last, 0
         hits = np.flatnonzero(self.moving[start:] | fits)
         return start + int(hits[0]) if hits.size else len(self.kind)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from controller.policy.base import NodeView
@@ -69,3 +70,17 @@ def test_place_takes_choose_hosts_servers_one_by_one(seed: int) -> None:
         placement[task.key] = choice.server_id
         want.append((task.key, choice.server_id, gpus))
     assert got == want
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_capacities_are_capacity_per_kind(seed: int) -> None:
+    rng = random.Random(seed)
+    pool = HostPool(_nodes(rng, rng.randint(0, 30)), TYPES, CONFIG)
+    kinds = [
+        (tuple(rng.choice((0.0, 0.0, 0.01, 0.05, 0.3, 0.95)) for _ in TYPES), rng.choice((1, 2, 3)))
+        for _ in range(rng.randint(0, 12))
+    ]
+    demands = np.array([d for d, _ in kinds], dtype=np.float64).reshape(-1, len(TYPES))
+    per_task = np.array([p for _, p in kinds], dtype=np.int64)
+    got = pool.capacities(demands, per_task).tolist()
+    assert got == [pool.capacity(d, p) for d, p in kinds]
