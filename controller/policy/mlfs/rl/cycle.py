@@ -233,7 +233,8 @@ class Memory:
 class _FitTest:
     """Whether the underloaded servers can take each candidate's tasks whole (a pre-check:
     placing them has the last word), by ``HostPool.capacity`` once per kind of candidate
-    (demand, GPUs per task, servers to avoid) and step."""
+    (demand, GPUs per task, servers to avoid) and step; the kinds that avoid no server all
+    at once (``HostPool.capacities``)."""
 
     def __init__(self, candidates: Sequence[Candidate], demands: Sequence[tuple[float, ...]]):
         kinds: dict[tuple[tuple[float, ...], int, frozenset[str]], int] = {}
@@ -246,13 +247,21 @@ class _FitTest:
         )
         self.kinds = list(kinds)
         self.tasks = np.array([c.tasks for c in candidates], dtype=np.int64)
+        self.open = [k for k, (_, _, sources) in enumerate(self.kinds) if not sources]
+        width = len(demands[0]) if demands else 0
+        self.demands = np.array([self.kinds[k][0] for k in self.open], dtype=np.float64).reshape(
+            len(self.open), width
+        )
+        self.per_task = np.array([self.kinds[k][1] for k in self.open], dtype=np.int64)
 
     def mask(self, pool: HostPool, indices: np.ndarray) -> np.ndarray:
         """Which of ``indices`` fit now."""
         kinds = self.kind[indices]
         capacity = np.zeros(len(self.kinds), dtype=np.int64)
+        capacity[self.open] = pool.capacities(self.demands, self.per_task)
         for k in np.unique(kinds).tolist():
             demand, per_task, sources = self.kinds[k]
-            capacity[k] = pool.capacity(demand, per_task, sources)
+            if sources:
+                capacity[k] = pool.capacity(demand, per_task, sources)
         tasks = self.tasks[indices]
         return (tasks >= 1) & (capacity[kinds] >= tasks)
