@@ -25,12 +25,12 @@ import numpy as np
 
 from controller.policy.base import JobView
 from controller.policy.mlfs.config import MlfsConfig
-from controller.policy.mlfs.jobs import job_features
+from controller.policy.mlfs.jobs import job_template
 from controller.policy.mlfs.priority import (
     TaskFeatures,
     TaskKey,
     TaskPriority,
-    own_ml_priority,
+    loss_ratio,
 )
 
 Inputs = tuple[object, ...]
@@ -67,17 +67,17 @@ class _Entry:
 
 
 def _entry(view: JobView, queued: bool, key: Inputs, config: MlfsConfig) -> _Entry:
-    features = job_features(view, view.queued_since, queued=queued)  # waiting time 0
-    first = features[0]
-    children = tuple(f.children for f in features)
-    if len(features) == 1:
+    first, shares, children = job_template(view, view.queued_since, queued)  # waiting 0
+    # MLFS Eq. 2 as priority.own_ml_priority: L^J * (1 / I) * ratio * S_k, left to right
+    scale = first.urgency / first.iteration * loss_ratio(first)
+    if len(shares) == 1:
         order = None
-        ml = (own_ml_priority(first),)
+        ml = (scale * first.partition,)
     else:
         order = _post_order(children)
-        sums = [0.0] * len(features)
+        sums = [0.0] * len(shares)
         for task in order:  # MLFS Eq. 3, as priority._discounted_sums adds it up
-            value = own_ml_priority(features[task])
+            value = scale * shares[task]
             for child in children[task]:
                 value += config.gamma * sums[child]
             sums[task] = value
@@ -85,7 +85,7 @@ def _entry(view: JobView, queued: bool, key: Inputs, config: MlfsConfig) -> _Ent
     return _Entry(
         inputs=key,
         first=first,
-        keys=tuple(f.key for f in features),
+        keys=tuple((view.id, k) for k in range(len(shares))),
         ml=ml,
         children=children,
         order=order,

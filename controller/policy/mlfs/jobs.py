@@ -96,6 +96,21 @@ def job_features(view: JobView, now: float, queued: bool) -> tuple[TaskFeatures,
     I is the iteration now running (``view.iteration`` finished ones, plus one); the deadline
     is the earliest one (absolute); the waiting time counts only while queued.
     """
+    template, shares, children = job_template(view, now, queued)
+    if len(shares) == 1:
+        return (template,)
+    return (
+        template,
+        *(_variant(template, k, shares[k], children[k]) for k in range(1, len(shares))),
+    )
+
+
+def job_template(
+    view: JobView, now: float, queued: bool
+) -> tuple[TaskFeatures, tuple[float, ...], tuple[tuple[int, ...], ...]]:
+    """Task 0's features (:func:`job_features`) and the partition share and children of
+    every task :func:`job_features` gives (one task for a data-parallel job); the other
+    tasks' features are task 0's with those two fields changed."""
     spec = view.spec
     tasks = max(1, spec.num_tasks)
     shares, children = task_graph(tasks, spec.mlfs)
@@ -118,9 +133,9 @@ def job_features(view: JobView, now: float, queued: bool) -> tuple[TaskFeatures,
         waiting_s=max(0.0, now - view.queued_since) if queued else 0.0,
         children=children[0],
     )
-    if is_data_parallel(view):
-        return (template,)
-    return (template, *(_variant(template, k, shares[k], children[k]) for k in range(1, tasks)))
+    if not any(children) and len(set(shares)) <= 1:  # is_data_parallel
+        return template, shares[:1], children[:1]
+    return template, shares, children
 
 
 def _variant(
