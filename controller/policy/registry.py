@@ -1,4 +1,10 @@
-"""Policies by name, for the CLI and the controller configuration."""
+"""Policies by name, for the CLI and the controller configuration.
+
+Every policy answers node agents' migration requests: MLF-H, MLF-RL and MLFS in their own
+cycle; the others through :class:`~controller.policy.overload.AnswersOverloadRequests`, which
+adds MLFS' moves (:func:`~controller.policy.overload.answer_requests`) to their decisions. The
+classes below are the policies' own with that mixin: same parameters, same ``isinstance``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from controller.policy.chronus import ChronusPolicy
 from controller.policy.edf import EdfPolicy
 from controller.policy.fifo import FifoPolicy
 from controller.policy.mlfs.policy import MlfhPolicy
+from controller.policy.overload import AnswersOverloadRequests
 from controller.policy.srtf import SrtfPolicy
 from controller.policy.themis import ThemisPolicy
 from controller.policy.tiresias import TiresiasPolicy
@@ -16,39 +23,66 @@ from controller.policy.unisched import UniSchedConfig, UniSchedPolicy
 
 DEFAULT_POLICY = "unisched"
 
+
+class _Fifo(AnswersOverloadRequests, FifoPolicy):
+    pass
+
+
+class _Srtf(AnswersOverloadRequests, SrtfPolicy):
+    pass
+
+
+class _Tiresias(AnswersOverloadRequests, TiresiasPolicy):
+    pass
+
+
+class _Edf(AnswersOverloadRequests, EdfPolicy):
+    pass
+
+
+class _Chronus(AnswersOverloadRequests, ChronusPolicy):
+    pass
+
+
+class _Themis(AnswersOverloadRequests, ThemisPolicy):
+    pass
+
+
+class _UniSched(AnswersOverloadRequests, UniSchedPolicy):
+    """Until UniSched plans requests itself (``docs/policies.md``, *Overload requests*)."""
+
+
 _FACTORIES: dict[str, Callable[[], Policy]] = {
-    "fifo": lambda: FifoPolicy(time_slicing=False, name="fifo"),
-    "fifo-lease": lambda: FifoPolicy(time_slicing=True, name="fifo-lease"),
-    "srtf": SrtfPolicy,
-    "tiresias": TiresiasPolicy,
-    "edf": EdfPolicy,
-    "chronus": ChronusPolicy,  # Gao et al., SoCC 2021 (docs/chronus.md)
-    "themis": ThemisPolicy,
-    "unisched": UniSchedPolicy,
+    "fifo": lambda: _Fifo(time_slicing=False, name="fifo"),
+    "fifo-lease": lambda: _Fifo(time_slicing=True, name="fifo-lease"),
+    "srtf": _Srtf,
+    "tiresias": _Tiresias,
+    "edf": _Edf,
+    "chronus": _Chronus,  # Gao et al., SoCC 2021 (docs/chronus.md)
+    "themis": _Themis,
+    "unisched": _UniSched,
     "mlf-h": MlfhPolicy,  # MLFS §3.3, without MLF-C
     # MLF-RL (MLFS §3.4) with the shipped model; MLFS = MLF-RL with MLF-C (§3.5)
     "mlf-rl": lambda: _mlf_rl(load_control=False, name="mlf-rl"),
     "mlfs": lambda: _mlf_rl(load_control=True, name="mlfs"),
     # UniSched with the HiGHS backend, and its ablations (UniSched §VI-C): no SR-aware
     # estimator, no training-iteration estimator (maximum iterations), Chronus' round-up.
-    "unisched-highs": lambda: UniSchedPolicy(UniSchedConfig(solver="highs"), "unisched-highs"),
-    "unisched-no-sr": lambda: UniSchedPolicy(UniSchedConfig(sr_aware=False), "unisched-no-sr"),
-    "unisched-no-iter": lambda: UniSchedPolicy(
+    "unisched-highs": lambda: _UniSched(UniSchedConfig(solver="highs"), "unisched-highs"),
+    "unisched-no-sr": lambda: _UniSched(UniSchedConfig(sr_aware=False), "unisched-no-sr"),
+    "unisched-no-iter": lambda: _UniSched(
         UniSchedConfig(iteration_estimator=False), "unisched-no-iter"
     ),
-    "unisched-roundup": lambda: UniSchedPolicy(
-        UniSchedConfig(placement="roundup"), "unisched-roundup"
-    ),
+    "unisched-roundup": lambda: _UniSched(UniSchedConfig(placement="roundup"), "unisched-roundup"),
     # Fig. 9(a): two nodes only profile, outside the MILP; Fig. 10(b): the solver's first
     # feasible solution instead of the reward-maximising one.
-    "unisched-static-profiler": lambda: UniSchedPolicy(
+    "unisched-static-profiler": lambda: _UniSched(
         UniSchedConfig(static_profile_nodes=2), "unisched-static-profiler"
     ),
-    "unisched-feasible": lambda: UniSchedPolicy(
+    "unisched-feasible": lambda: _UniSched(
         UniSchedConfig(objective="feasible"), "unisched-feasible"
     ),
     # The limit: true durations and speeds known at submission (simulator only, issue 9)
-    "oracle": lambda: UniSchedPolicy(UniSchedConfig(oracle=True, profiling=False), "oracle"),
+    "oracle": lambda: _UniSched(UniSchedConfig(oracle=True, profiling=False), "oracle"),
 }
 
 
