@@ -142,6 +142,7 @@ class NodeAgent:
                     p_s=cfg.migration_share,
                     samples=cfg.overload_samples,
                     cooldown_s=cfg.migration_cooldown_s,
+                    clear_below=cfg.overload_clear_threshold,
                 ),
                 self._clock,
             )

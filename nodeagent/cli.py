@@ -132,10 +132,10 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument(
         "--load-scope",
         dest="agent_load_scope",
-        choices=("machine", "tasks"),
-        default="machine",
-        help="what the node's load is: the whole machine's (default, one agent per server) or "
-        "this agent's tasks only (several agents sharing one machine)",
+        choices=("tasks", "machine"),
+        default="tasks",
+        help="what the node's load is: this agent's tasks only (default: load that is not "
+        "mlsched's never counts as overload) or the whole machine's, whoever uses it",
     )
     load.add_argument(
         "--overload-threshold",
@@ -169,6 +169,14 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="SECONDS",
         help="before the same task may be asked for again (default: 60)",
+    )
+    load.add_argument(
+        "--overload-clear-threshold",
+        dest="agent_overload_clear_threshold",
+        type=float,
+        metavar="SHARE",
+        help="after a request, ask for no new task until what was above the threshold has "
+        "fallen to this share or less (hysteresis; default: the threshold minus 0.1)",
     )
     load.add_argument(
         "--no-overload-detection",
@@ -243,6 +251,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         migration_share=args.agent_migration_share,
         overload_samples=args.agent_overload_samples,
         migration_cooldown_s=args.agent_migration_cooldown,
+        overload_clear_threshold=args.agent_overload_clear_threshold,
     )
     if args.agent_node_id:
         config.node_id = args.agent_node_id

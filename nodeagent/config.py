@@ -52,13 +52,16 @@ class AgentConfig:
         cpu_capacity: cores counted as 100% CPU (None: every CPU of the machine).
         memory_capacity: bytes counted as 100% memory (None: the machine's memory).
         bandwidth_capacity: bytes/s counted as 100% network (None: the summed link speed).
-        load_scope: ``machine`` (the node's load is the whole machine's) or ``tasks`` (only this
-            agent's tasks: for several agents sharing one machine).
+        load_scope: ``tasks`` (the default: the node's load is only this agent's tasks, so load
+            that is not mlsched's never counts as overload) or ``machine`` (the whole machine's,
+            whoever uses it; the operator's explicit choice).
         overload_detection: look for overload and ask the controller to migrate tasks (MLFS).
         overload_threshold: h_r, the share above which a resource type or GPU is overloaded.
         migration_share: p_s, the lowest-priority share of tasks on overloaded GPUs to pick from.
         overload_samples: consecutive overloaded samples (metrics reports) before asking.
         migration_cooldown_s: before the same task may be asked for again.
+        overload_clear_threshold: after a request, no new one until what was above h_r has
+            fallen to this share or less (hysteresis); in [0, h_r]. None: h_r - 0.1.
     """
 
     controller: str
@@ -79,12 +82,13 @@ class AgentConfig:
     cpu_capacity: float | None = None
     memory_capacity: int | None = None
     bandwidth_capacity: float | None = None
-    load_scope: str = "machine"
+    load_scope: str = "tasks"
     overload_detection: bool = True
     overload_threshold: float = 0.9
     migration_share: float = 0.1
     overload_samples: int = 3
     migration_cooldown_s: float = 60.0
+    overload_clear_threshold: float | None = None
 
     def validate(self) -> None:
         """Raise ConfigError when a setting is unusable."""
@@ -118,6 +122,9 @@ class AgentConfig:
             raise ConfigError("overload_samples must be >= 1")
         if not self.migration_cooldown_s >= 0:
             raise ConfigError("migration_cooldown_s must be >= 0")
+        clear = self.overload_clear_threshold
+        if clear is not None and not 0 <= clear <= self.overload_threshold:
+            raise ConfigError("overload_clear_threshold must be in [0, overload_threshold]")
 
     def paths(self) -> AgentPaths:
         """The file layout, with the documented defaults filled in."""

@@ -8,10 +8,12 @@ Load (:func:`measure_load`): shares (0-1) of this agent's capacities per resourc
   ``--memory-capacity`` bytes and ``--bandwidth-capacity`` bytes/s, by default the machine's
   (:func:`machine_capacity`: every CPU, all memory, the summed link speed of the non-loopback
   interfaces that are up; 0 when no speed is known, which makes the bandwidth share 0).
-- **Scope.** ``machine`` (default, one agent per server): the server's CPU, memory and network
-  are the whole machine's, whoever uses them. ``tasks`` (several agents sharing one machine, as
-  in a local cluster): the server's load is the sum of this agent's tasks, so one agent's load
-  is not its neighbours'.
+- **Scope.** ``tasks`` (default): the server's load is the sum of this agent's tasks, so load
+  that is not mlsched's (a CPU hog, data loading outside a task, another agent's tasks on the
+  same machine) never makes the server overloaded, and a real GPU no task holds counts 0.
+  ``machine`` (an operator's explicit choice, ``--load-scope machine``): the server's CPU,
+  memory, network and GPUs are the whole machine's, whoever uses them. Network traffic is the
+  node's in both (it cannot be attributed, below) while a task runs.
 - **Per task**: CPU is the CPU time of the task's process tree over the sample interval (one
   busy core = 1 core), memory its summed resident set. Network traffic cannot be attributed to
   processes portably (Linux counts it per interface or namespace), so the node's non-loopback
@@ -30,6 +32,14 @@ out: the Euclidean distance to the ideal virtual task, among the lowest-priority
 tasks on overloaded GPUs while a GPU is overloaded, repeated until the server would not be
 overloaded (§3.3.3). Tasks already asked for count as gone (their load is taken off first) and
 are not asked for again until they leave or ``cooldown_s`` passes.
+
+Hysteresis: once a request went out, the server is *disarmed*: it picks no further task until
+every resource type and GPU that was above ``h_r`` then has fallen to ``clear_below`` or less
+(default ``h_r`` - 0.1); then the count of overloaded samples starts again from 0. So a server
+relieved to just under ``h_r`` that a new task takes over it again is not asked to move one
+more task each time (flip-flopping). While disarmed, a task of that request still here after
+its cool-down is asked for again (the controller may have lost or refused the request): a
+retry, not a new choice.
 
 Only a GPU that several running tasks share counts for the per-GPU rule. The paper's tasks share
 GPUs; mlsched gives GPUs whole, and a GPU busy with its one task is that task using what it
@@ -60,7 +70,6 @@ from controller.policy.mlfs.euclid import (
     Server,
     TaskLoad,
     choose_migrations,
-    overloaded_gpus,
     remove,
 )
 from nodeagent.clock import Clock, SystemClock
@@ -69,7 +78,7 @@ from nodeagent.model import NodeMetrics, RunningTask, TaskMetrics, TaskRef
 log = logging.getLogger(__name__)
 
 RESOURCES = DEFAULT_RESOURCES  # ("gpu", "cpu", "memory", "bandwidth")
-SCOPES = ("machine", "tasks")
+SCOPES = ("tasks", "machine")  # the first is the default
 _EPS = 1e-9  # as euclid: reaching h_r exactly is not an overload
 
 
@@ -145,7 +154,7 @@ def measure_load(
     tasks: Sequence[tuple[RunningTask, TaskMetrics]],
     capacity: Capacity,
     *,
-    scope: str = "machine",
+    scope: str = "tasks",
     virtual_gpus: Collection[int] = (),
     machine_cpus: int | None = None,
 ) -> NodeLoadReport:
@@ -194,12 +203,15 @@ def measure_load(
         used_cores = max(0.0, node.cpu_percent) / 100.0 * cpus
         used_memory = float(node.memory_used_bytes)
         used_net = net
+        used_gpus = sum(gpu_util.values())
     else:
         used_cores = sum(cores.values())
         used_memory = float(sum(m.memory_rss_bytes for _, m in tasks))
         used_net = net if tasks else 0.0
+        held = {i for share in shares for i in share.gpu_indices}
+        used_gpus = sum(u for i, u in gpu_util.items() if i in held)
     utilization = {
-        "gpu": sum(gpu_util.values()) / gpu_count if gpu_count else 0.0,
+        "gpu": used_gpus / gpu_count if gpu_count else 0.0,
         "cpu": _share(used_cores, capacity.cpu_cores),
         "memory": _share(used_memory, capacity.memory_bytes),
         "bandwidth": _share(used_net, capacity.bandwidth_bytes_per_s),
@@ -216,12 +228,20 @@ class OverloadSettings:
     p_s: float = 0.1  # MLFS §4.1
     samples: int = 3  # consecutive overloaded samples before acting
     cooldown_s: float = 60.0  # before the same task may be asked for again
+    clear_below: float | None = None  # re-armed once what was hot is at most this (h_r - 0.1)
+
+    @property
+    def clear_mark(self) -> float:
+        """``clear_below``, or ``h_r`` - 0.1 (at least 0) when None."""
+        return max(0.0, self.h_r - 0.1) if self.clear_below is None else self.clear_below
 
     def validate(self) -> None:
         """Raise ValueError when a parameter is out of range."""
         MlfsConfig(h_r=self.h_r, p_s=self.p_s)  # the paper's ranges, checked once
         if self.samples < 1:
             raise ValueError("overload samples must be >= 1")
+        if not 0.0 <= self.clear_mark <= self.h_r:
+            raise ValueError("the clear mark must be in [0, h_r]")
         if not self.cooldown_s >= 0:
             raise ValueError("the migration cool-down must be >= 0")
 
@@ -260,6 +280,10 @@ def _task_load(share: TaskShare, shared: Mapping[int, float]) -> TaskLoad:
     )
 
 
+def _wish(share: TaskShare, load: NodeLoadReport, reason: str) -> MigrationWish:
+    return MigrationWish(share.ref, dict(load.utilization), dict(share.demand), reason)
+
+
 class OverloadDetector:
     """Turns successive load reports into migration requests (module docstring).
 
@@ -277,6 +301,9 @@ class OverloadDetector:
         self._clock = clock or SystemClock()
         self._streak = 0
         self._pending: dict[TaskRef, float] = {}  # asked for at (monotonic)
+        self._hot_now: frozenset[str] = frozenset()  # what the latest sample had above h_r
+        self._episode: frozenset[str] | None = None  # disarmed: what was hot at the request
+        self._asked: set[TaskRef] = set()  # tasks asked for since the last re-arming
 
     @property
     def streak(self) -> int:
@@ -287,21 +314,23 @@ class OverloadDetector:
         """Tasks asked for and still within their cool-down."""
         return frozenset(self._pending)
 
+    @property
+    def armed(self) -> bool:
+        """Whether a new overload may lead to a new request (module docstring, hysteresis)."""
+        return self._episode is None
+
     def requested(self, ref: TaskRef) -> None:
-        """A request for ``ref`` went out."""
+        """A request for ``ref`` went out: the server is disarmed until what is hot now has
+        fallen to the clear mark."""
         self._pending[ref] = self._clock.monotonic()
+        self._asked.add(ref)
+        if self._episode is None:
+            self._episode = self._hot_now
 
     def hot(self, load: NodeLoadReport) -> list[str]:
         """What is above ``h_r``: resource types, then GPUs (empty: not overloaded)."""
-        h_r = self._config.h_r
-        server = self._server(load)
-        hot = [
-            f"{r} {u:.3f}"
-            for r, u in zip(RESOURCES, server.utilisation, strict=True)
-            if u > h_r + _EPS
-        ]
-        hot += [f"GPU {i} {server.gpus[i]:.3f}" for i in overloaded_gpus(server, h_r)]
-        return hot
+        marks = self._marks(load)
+        return [f"{name} {marks[name]:.3f}" for name in self._above(marks, self._config.h_r)]
 
     def observe(self, load: NodeLoadReport) -> list[MigrationWish]:
         """One sample: the tasks to ask the controller to move, in the order chosen."""
@@ -314,13 +343,23 @@ class OverloadDetector:
             for ref, at in self._pending.items()
             if ref in live and now - at < self._settings.cooldown_s
         }
-        hot = self.hot(load)
+        marks = self._marks(load)
+        above = self._above(marks, self._config.h_r)
+        self._hot_now = frozenset(above)
+        hot = [f"{name} {marks[name]:.3f}" for name in above]
+        if self._episode is not None and all(
+            marks.get(name, 0.0) <= self._settings.clear_mark + _EPS for name in self._episode
+        ):
+            self._episode, self._streak = None, 0  # relieved: armed again, counting anew
+            self._asked.clear()
         if not hot:
             self._streak = 0
             return []
         self._streak += 1
         if self._streak < self._settings.samples:
             return []
+        if self._episode is not None:
+            return self._retries(load, hot)
         server = self._server(load)
         shared = dict(server.gpus)
         for share in load.tasks:
@@ -337,13 +376,37 @@ class OverloadDetector:
             f"({', '.join(hot)} > h_r {self._config.h_r:.2f}): "
             "closest to the ideal virtual task (MLFS §3.3.3)"
         )
-        wishes = []
-        for pick in chosen:
-            share = by_key[pick.key]
-            wishes.append(
-                MigrationWish(share.ref, dict(load.utilization), dict(share.demand), reason)
-            )
-        return wishes
+        return [_wish(by_key[pick.key], load, reason) for pick in chosen]
+
+    def _retries(self, load: NodeLoadReport, hot: Sequence[str]) -> list[MigrationWish]:
+        """Disarmed and still overloaded: only the tasks asked for before that are still here
+        past their cool-down, asked for again."""
+        reason = (
+            f"{self._node_id} still overloaded ({', '.join(hot)} > h_r "
+            f"{self._config.h_r:.2f}): asked again for the task chosen before (MLFS §3.3.3)"
+        )
+        return [
+            _wish(share, load, reason)
+            for share in load.tasks
+            if share.ref in self._asked and share.movable and share.ref not in self._pending
+        ]
+
+    def _marks(self, load: NodeLoadReport) -> dict[str, float]:
+        """Every resource type's share and every shared GPU's load, by name."""
+        server = self._server(load)
+        marks = dict(zip(RESOURCES, server.utilisation, strict=True))
+        marks.update({f"GPU {i}": u for i, u in server.gpus.items()})
+        return marks
+
+    @staticmethod
+    def _above(marks: Mapping[str, float], mark: float) -> list[str]:
+        """The names in ``marks`` above ``mark``: resource types, then GPUs by index."""
+        types = [r for r in RESOURCES if marks[r] > mark + _EPS]
+        gpus = sorted(
+            (name for name in marks if name.startswith("GPU ") and marks[name] > mark + _EPS),
+            key=lambda name: int(name.split()[1]),
+        )
+        return types + gpus
 
     def _server(self, load: NodeLoadReport) -> Server:
         """The server for the Euclidean rule: its GPUs are the shared ones (module docstring)."""

@@ -104,9 +104,10 @@ def test_load_and_overload_flags(tmp_path: Path) -> None:
         None,
         None,
     )
-    assert defaults.load_scope == "machine" and defaults.overload_detection
+    assert defaults.load_scope == "tasks" and defaults.overload_detection
     assert (defaults.overload_threshold, defaults.migration_share) == (0.9, 0.1)
     assert (defaults.overload_samples, defaults.migration_cooldown_s) == (3, 60.0)
+    assert defaults.overload_clear_threshold is None  # h_r - 0.1
     config = config_from_args(
         parse(
             [
@@ -118,7 +119,7 @@ def test_load_and_overload_flags(tmp_path: Path) -> None:
                 "--bandwidth-capacity",
                 "1.25e8",
                 "--load-scope",
-                "tasks",
+                "machine",
                 "--overload-threshold",
                 "0.8",
                 "--migration-share",
@@ -127,6 +128,8 @@ def test_load_and_overload_flags(tmp_path: Path) -> None:
                 "5",
                 "--migration-cooldown",
                 "30",
+                "--overload-clear-threshold",
+                "0.6",
                 "--no-overload-detection",
             ]
         )
@@ -136,14 +139,16 @@ def test_load_and_overload_flags(tmp_path: Path) -> None:
         2_000_000_000,
         1.25e8,
     )
-    assert config.load_scope == "tasks" and not config.overload_detection
+    assert config.load_scope == "machine" and not config.overload_detection
     assert (config.overload_threshold, config.migration_share) == (0.8, 0.25)
     assert (config.overload_samples, config.migration_cooldown_s) == (5, 30.0)
+    assert config.overload_clear_threshold == 0.6
     for flag, value in [
         ("--cpu-capacity", "0"),
         ("--overload-threshold", "1.5"),
         ("--migration-share", "0"),
         ("--overload-samples", "0"),
+        ("--overload-clear-threshold", "0.95"),  # above h_r
     ]:
         with pytest.raises(ConfigError):
             config_from_args(parse([*base, flag, value]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -231,9 +233,106 @@ def test_tasks_being_suspended_are_not_candidates() -> None:
 def test_disabled_detector_and_parameter_checks() -> None:
     load = report(share("a", gpu=0.3, cpu=0.95))
     assert detector(samples=1, enabled=False).observe(load) == []
-    for bad in ({"h_r": 0.0}, {"p_s": 1.5}, {"samples": 0}, {"cooldown_s": -1.0}):
+    bad_settings = (
+        {"h_r": 0.0},
+        {"p_s": 1.5},
+        {"samples": 0},
+        {"cooldown_s": -1.0},
+        {"clear_below": 0.95},
+    )
+    for bad in bad_settings:
         with pytest.raises(ValueError):
             detector(**bad)
+
+
+def test_after_a_request_no_new_choice_until_what_was_hot_falls_to_the_clear_mark() -> None:
+    # h_r 0.9, clear mark 0.8 (h_r - 0.1), 2 samples in a row
+    clock = FakeClock()
+    det = detector(clock, samples=2, cooldown_s=600.0)
+    b = share("b", gpu=0.3, cpu=0.3, gpu_index=1)
+    hot = report(share("a", gpu=0.3, cpu=0.7), b)  # cpu 1.0
+    assert det.observe(hot) == []
+    (wish,) = det.observe(hot)
+    assert wish.ref.job_id == "a"
+    det.requested(wish.ref)
+    assert not det.armed
+    # "a" leaves and "c" arrives in the same interval: the cpu reads 0.3 + 0.65 = 0.95, never
+    # at or below the mark, so nothing new is chosen however long it stays over h_r
+    c = share("c", gpu=0.3, cpu=0.65)
+    over_again = report(c, b)
+    between = report(share("c", gpu=0.3, cpu=0.55), b)  # 0.85: under h_r, over the mark
+    for sample in (over_again, over_again, between, over_again, over_again, over_again):
+        clock.advance(5.0)
+        assert det.observe(sample) == []
+    assert not det.armed
+    calm = report(share("c", gpu=0.3, cpu=0.45), b)  # 0.75 <= 0.8: armed again
+    assert det.observe(calm) == [] and det.armed
+    assert det.observe(over_again) == []  # the count starts again from 0
+    assert [w.ref.job_id for w in det.observe(over_again)] == ["c"]
+
+
+def test_a_task_asked_for_is_asked_again_after_its_cool_down_while_disarmed_never_another() -> None:
+    clock = FakeClock()
+    det = detector(clock, samples=1, cooldown_s=30.0)
+    load = report(share("a", gpu=0.3, cpu=0.7), share("b", gpu=0.3, cpu=0.3, gpu_index=1))
+    (wish,) = det.observe(load)
+    det.requested(wish.ref)
+    clock.advance(31.0)
+    (again,) = det.observe(load)  # the request may have been lost: a retry
+    assert again.ref == wish.ref and "asked again" in again.reason
+    det.requested(again.ref)
+    # "a" is gone, and "b" alone is still over h_r: not asked for, the server is disarmed
+    hot_b = report(share("b", gpu=0.3, cpu=0.95, gpu_index=1))
+    clock.advance(31.0)
+    assert det.observe(hot_b) == [] and det.observe(hot_b) == []
+
+
+# Load that is not mlsched's: a CPU hog and a large foreign resident set beside one idle task.
+# Capacity 2 cores and 8 GiB; the machine reads 100% CPU (2 cores) and 7.5 GiB used. The task
+# uses 0.02 cores and 100 MiB on virtual slot 0.
+HOG_NODE = node_metrics(cpu_percent=100.0, memory_used=7 * GIB + GIB // 2, gpus=virtual(0, 1))
+IDLE_TASK = (running("idle", 0), usage("idle", 0.02, 100 << 20))
+CAPACITY = Capacity(cpu_cores=2.0, memory_bytes=8 * GIB)
+
+
+def false_alarms(scope: str | None, samples: int = 20) -> list[str]:
+    """Requests made over ``samples`` samples (each one sent), default settings otherwise."""
+    clock = FakeClock()
+    det = OverloadDetector("node-a", OverloadSettings(), clock)
+    scope_kw = {} if scope is None else {"scope": scope}
+    asked = []
+    for _ in range(samples):
+        load = measure_load(
+            HOG_NODE, [IDLE_TASK], CAPACITY, virtual_gpus=(0, 1), machine_cpus=2, **scope_kw
+        )
+        for wish in det.observe(load):
+            det.requested(wish.ref)
+            asked.append(f"{wish.ref.job_id} cpu {wish.demand['cpu']:.2f}")
+        clock.advance(5.0)
+    return asked
+
+
+def test_default_scope_a_cpu_hog_beside_an_idle_task_raises_no_request() -> None:
+    load = measure_load(HOG_NODE, [IDLE_TASK], CAPACITY, virtual_gpus=(0, 1), machine_cpus=2)
+    # only the task counts: cpu 0.02 / 2 = 0.01, memory 100 MiB / 8 GiB = 0.0122, the slot
+    # it holds 0.01 (its cpu share), the server's gpu the mean over 2 slots = 0.005
+    assert load.utilization["cpu"] == pytest.approx(0.01)
+    assert load.utilization["memory"] == pytest.approx(100 / 8192)
+    assert load.utilization["gpu"] == pytest.approx(0.005)
+    assert false_alarms(None) == []
+    # the machine scope, asked for explicitly, counts the hog (cpu 1.0, memory 0.9375): over
+    # the 100 s of samples it asks to move the idle task, whose own demand is 0.01 (the alarm
+    # issue 10 reported), at the 3rd sample (10 s) and again after the 60 s cool-down (70 s)
+    assert false_alarms("machine") == ["idle cpu 0.01"] * 2
+
+
+def test_default_scope_counts_a_real_gpu_only_when_a_task_holds_it() -> None:
+    gpus = tuple(GpuMetrics(i, 100.0 if i == 1 else 40.0, 0, 0, False) for i in (0, 1))
+    node = node_metrics(gpus=gpus)  # GPU 1 busy with a process that is not mlsched's
+    load = measure_load(node, [IDLE_TASK], CAPACITY, machine_cpus=2)
+    assert load.utilization["gpu"] == pytest.approx(0.4 / 2)
+    machine = measure_load(node, [IDLE_TASK], CAPACITY, scope="machine", machine_cpus=2)
+    assert machine.utilization["gpu"] == pytest.approx(1.4 / 2)
 
 
 # --- the agent, end to end against a controller peer ------------------------------------------
@@ -280,3 +379,40 @@ def test_agent_reports_its_load_and_asks_to_move_a_cpu_bound_task(
         assert len(peer.messages("migration_request")) == count == 1
     finally:
         (workdir_of(tmp_path, "burner") / "release").touch()
+
+
+HOG = "while True:\n    pass\n"
+QUIET_REPORTS = 20  # metrics reports with the task running: 4 s at 0.2 s, > 3 x --overload-samples
+
+
+def test_agent_with_defaults_beside_cpu_hogs_raises_no_request(
+    tmp_path: Path, controller, make_agent, task_script: Path
+) -> None:
+    """One busy-loop process per CPU beside an agent that runs one idle task, with the default
+    load settings (only the interval is the test kit's): not one request."""
+    make_agent()
+    peer = controller.servicer
+    peer.wait_for("register")
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG]) for _ in range(os.cpu_count() or 1)]
+    try:
+        peer.send(launch=launch_message(tmp_path, task_script, "idle", "wait"))
+        wait_until(lambda: (workdir_of(tmp_path, "idle") / "ready").exists())
+        first = peer.wait_for("metrics", lambda m: len(m.load.tasks) == 1)
+        last = peer.wait_for(
+            "metrics",
+            lambda m: (
+                len(m.load.tasks) == 1 and m.node.time >= first.node.time + QUIET_REPORTS * 0.2
+            ),
+            timeout=60.0,
+        )
+        reports = [
+            m for m in peer.messages("metrics") if first.node.time <= m.node.time <= last.node.time
+        ]
+        assert len(reports) >= QUIET_REPORTS / 2
+        assert peer.messages("migration_request") == []
+        assert all(m.load.utilization["cpu"] < 0.5 for m in reports)  # the idle task's share
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+        (workdir_of(tmp_path, "idle") / "release").touch()
