@@ -350,6 +350,12 @@ class OverloadDetector:
         if self._episode is not None and all(
             marks.get(name, 0.0) <= self._settings.clear_mark + _EPS for name in self._episode
         ):
+            log.info(
+                "%s relieved: %s at most %.2f; overload detection armed again",
+                self._node_id,
+                ", ".join(f"{name} {marks.get(name, 0.0):.3f}" for name in sorted(self._episode)),
+                self._settings.clear_mark,
+            )
             self._episode, self._streak = None, 0  # relieved: armed again, counting anew
             self._asked.clear()
         if not hot:
