@@ -70,6 +70,8 @@ class OverloadRules:
 
 def requested(snapshot: ClusterSnapshot, decision: Decision | None = None) -> list[JobView]:
     """The active jobs an agent asked to move that ``decision`` leaves where they are."""
+    if not any(v.migration_requested for v in snapshot.active):
+        return []  # the common case, and every simulated cycle: nothing more to look at
     handled = _handled(snapshot, decision or Decision())
     return [v for v in snapshot.active if v.migration_requested and v.id not in handled]
 

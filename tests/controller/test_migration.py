@@ -14,6 +14,7 @@ from controller.clock import ManualClock
 from controller.commands import LaunchCommand, SuspendCommand, TaskRef
 from controller.dispatch import migration_request_from_proto, node_load_from_proto
 from controller.placement import TaskPlacement
+from controller.policy import make_policy
 from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Renew
 from controller.snapshot import build_snapshot
 from controller.store import codec
@@ -502,6 +503,34 @@ def test_request_to_resume_elsewhere_end_to_end_with_a_test_policy(cluster):
     assert job.state is JobState.RUNNING
     assert c.task(job.id).node_id == "n2"
     assert job.resumes[-1].from_nodes == ("n1",) and job.resumes[-1].to_nodes == ("n2",)
+    assert job.resumes[-1].checkpoint_step == job.resumes[-1].restored_step == 300
+
+
+@pytest.mark.parametrize("name", ["fifo", "tiresias"])
+def test_a_baseline_from_the_registry_moves_the_requested_job_to_the_euclidean_host(cluster, name):
+    """Agent request -> controller/policy/overload.py's Migrate (MLFS host choice) ->
+    checkpoint -> resume there. The task's demand (gpu 0.45, cpu 0.62, memory 0.2) fits both
+    free nodes (cpu 0.82 and 0.72); the ideal virtual host is (0, 0.1, 0.1, 0): n3 itself,
+    n2 is 0.1 away."""
+    c = cluster
+    c.add_node("n1", 2)
+    job = running_job(c, policy=make_policy(name))
+    c.add_node("n2", 1)
+    c.add_node("n3", 1)
+    c.events.heartbeat("n1", load=load(usage(job.id, cpu=0.62), cpu=0.97))
+    for node_id, cpu in (("n2", 0.2), ("n3", 0.1)):
+        idle = NodeLoad({"gpu": 0.0, "cpu": cpu, "memory": 0.1, "bandwidth": 0.0}, {0: 0.0}, ())
+        c.events.heartbeat(node_id, load=idle)
+    c.cycle()
+    assert job.state is JobState.RUNNING  # overloaded, but nobody asked: nothing moves
+    c.events.migration_requested("n1", request(job.id))
+    c.cycle()
+    assert job.state is JobState.SUSPENDING
+    (ordered,) = events(c, job.id, "migration_ordered")
+    assert ordered.startswith("from n1 to n3:[0]") and "overloaded n1" in ordered
+    c.report(job.id, 0, TaskState.SUSPENDED, checkpoint_step=300)
+    c.report(job.id, 0, TaskState.RUNNING, restored_step=300)
+    assert job.state is JobState.RUNNING and c.task(job.id).node_id == "n3"
     assert job.resumes[-1].checkpoint_step == job.resumes[-1].restored_step == 300
 
 
