@@ -24,14 +24,21 @@ from scipy.sparse import csc_array
 from controller.policy.unisched.milp import MilpProblem, MilpSolution, feasible_deadlines
 
 _INF = np.inf
-# Measured on the MILPs of MIX2 runs (docs/unisched.md, "Solver speed"): HiGHS's presolve
-# saves a quarter of the solve time on models under ~1,500 columns but took most of a second
-# on the largest ones (over 4,000 columns: twice the time of a solve without it, and twice the
-# solves cut off by the time limit), so it runs on small models only. A gap of 0: at the
-# default relative gap (1e-4, as CBC's) HiGHS stopped with best-effort rewards of 0.2-0.5 left
-# on the table when the SLO rewards add up to 10^4-10^5.
+# Measured on the MILPs of MIX2 runs (docs/unisched.md, "Solver speed"):
+# * HiGHS's presolve saves a quarter of the solve time on models under ~1,500 columns but took
+#   most of a second on the largest ones (over 4,000 columns: twice the time of a solve
+#   without it, and twice the solves cut off by the time limit), so it runs on small models;
+# * the feasibility-jump heuristic and symmetry detection cost a fixed ~5 ms a solve (a 3-job
+#   model took 7 ms, 1.5 ms without them) and found nothing the search did not: off, a
+#   quarter less solver time over a sample of full-MIX2 models, the same objectives;
+# * a gap of 0: at the default relative gap (1e-4, as CBC's) HiGHS stopped with best-effort
+#   rewards of 0.2-0.5 left on the table when the SLO rewards add up to 10^4-10^5.
 _PRESOLVE_MAX_COLUMNS = 2000
-_OPTIONS: dict[str, object] = {"mip_rel_gap": 0.0}
+_OPTIONS: dict[str, object] = {
+    "mip_rel_gap": 0.0,
+    "mip_heuristic_run_feasibility_jump": False,
+    "mip_detect_symmetry": False,
+}
 
 
 @dataclass(frozen=True)
