@@ -191,6 +191,10 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
     assert {e.job_id for e in events if e.kind == "migration_requested"} == {mover.id}
     ordered = [e for e in events if e.kind == "migration_ordered" and e.job_id == mover.id]
     assert len(ordered) == 1 and "overloaded node-a" in ordered[0].message
+    # fifo and unisched answer through controller/policy/overload.py, the MLFS policies in
+    # their own cycle
+    by_overload_py = "on its agent's request" in ordered[0].message
+    assert by_overload_py == (policy in ("fifo", "unisched")), ordered[0].message
     # it checkpointed, resumed on node-b from that checkpoint and completed there
     assert done.state is JobState.COMPLETED, done.message
     assert done.iteration == MOVER_STEPS
