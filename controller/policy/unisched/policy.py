@@ -620,14 +620,19 @@ def _make_room(
     suspend: list[Suspend],
     levels: int,
 ) -> list[_Candidate]:
-    """Kept non-SLO jobs to suspend so that every SLO job the MILP chose can be placed.
+    """Kept non-SLO jobs to suspend so that every urgent SLO job the MILP chose can be placed.
 
     The MILP checks cells against the whole pool (Eq. 14), as if every job could be placed
     anew; a job whose lease is renewed stays where it is, and its GPUs can split the cells an
     SLO job was given. Once the jobs suspended now have released their GPUs, the chosen SLO
-    jobs must fit: if not, renewed best-effort and profiler jobs yield, lowest reward first,
-    until they do (our repair; the paper's cells abstract placement away)."""
-    slo = [(c, ch) for c, ch in wanted if c.phase == "slo"]
+    jobs that must start in this term to keep a deadline (slack of at most ``URGENT_SLACK``
+    terms) must fit: if not, renewed best-effort and profiler jobs yield, lowest reward first,
+    until they do (our repair; the paper's cells abstract placement away). A chosen SLO job
+    with more slack waits for its cells instead (started by a fill cycle, or planned again at
+    the next boundary): evicting a best-effort job to start it a term early costs that job a
+    suspension and a resume, and measured on MIX1 these evictions were most best-effort
+    suspensions (docs/unisched.md)."""
+    slo = [(c, ch) for c, ch in wanted if c.phase == "slo" and _urgent(c)]
     if not slo:
         return []
     free = {node: set(ids) for node, ids in snapshot.free_gpus().items()}
@@ -647,6 +652,11 @@ def _make_room(
     if len(CellPool.of(free, levels).place_all(requests)) < len(requests):
         return []  # no renewal frees enough: nothing gained by suspending any
     return yielding
+
+
+def _urgent(cand: _Candidate) -> bool:
+    """An SLO job that must start in this term to keep a deadline."""
+    return cand.slack is not None and cand.slack <= URGENT_SLACK
 
 
 def _give_back(pool: dict[str, set[int]], placement: tuple[TaskPlacement, ...]) -> None:
@@ -684,7 +694,7 @@ def _request(view: JobView, choice: _Choice) -> CellRequest:
 
 
 def _launch_order(cand: _Candidate) -> tuple[int, float]:
-    rank = {"slo": 0, "profiling": 1, "best-effort": 2}[cand.phase]
+    rank = {"slo": 0 if _urgent(cand) else 1, "profiling": 2, "best-effort": 3}[cand.phase]
     return (rank, -cand.estimate.reward)  # best-effort: shortest remaining time first
 
 
