@@ -13,6 +13,10 @@ from controller.policy import available_policies
 from controller.policy.registry import DEFAULT_POLICY
 from controller.server import Controller, ControllerConfig
 from controller.state import ControllerSettings
+from mlsched.statelock import StateDirInUse
+
+# Exit status when another controller holds --state-dir (it is left untouched).
+EXIT_STATE_DIR_IN_USE = 3
 
 
 def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
@@ -117,6 +121,13 @@ def run_controller(args: argparse.Namespace) -> int:
         controller = Controller(config)
     except ValueError as exc:  # a policy that cannot run live
         raise SystemExit(f"mlsched: {exc}") from None
+    except StateDirInUse as exc:
+        print(
+            f"mlsched: {exc}; refusing to start (one controller per state directory;"
+            f" the holder's pid is in {exc.state_dir / 'controller.lock'})",
+            file=sys.stderr,
+        )
+        return EXIT_STATE_DIR_IN_USE
     controller.start()
     print(f"listening on {controller.address}", flush=True)
     for sig in (signal.SIGTERM, signal.SIGINT):

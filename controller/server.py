@@ -22,9 +22,12 @@ from controller.scheduler import Scheduler, SchedulerLoop
 from controller.servicer import AgentServicer, JobServicer
 from controller.state import ControllerSettings, ControllerState
 from controller.store import SqliteStore
+from mlsched.statelock import StateDirLock
 from mlsched.v1 import agent_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+LOCK_FILE = "controller.lock"
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,16 @@ class Controller:
                 " the simulator knows; it cannot schedule a live cluster"
             )
         config.state_dir.mkdir(parents=True, exist_ok=True)
+        # One writer: taken before the store is opened; StateDirInUse leaves the directory as
+        # it was. Held until stop() (or the process's death).
+        self._lock = StateDirLock(config.state_dir, LOCK_FILE, "controller")
+        try:
+            self._assemble(config, clock, policy)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _assemble(self, config: ControllerConfig, clock: Clock | None, policy: Policy) -> None:
         self.config = config
         self.store = SqliteStore(config.state_dir / "controller.db")
         self.sessions = AgentSessions()
@@ -115,6 +128,7 @@ class Controller:
         self.loop.stop()
         self.server.stop(grace_s).wait()
         self.store.close()
+        self._lock.release()
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import socket
 import threading
 from collections.abc import Mapping
-from typing import IO
 
 import psutil
 
 import mlsched
+from mlsched.statelock import StateDirInUse, StateDirLock
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.config import AgentConfig, ConfigError
 from nodeagent.controller_link import ControllerLink
@@ -71,7 +70,7 @@ class NodeAgent:
         self._stop_requested = threading.Event()
         self._fatal: str | None = None
         self._started = False
-        self._lock_fd: IO[str] | None = None
+        self._lock: StateDirLock | None = None
         self._gpus: GpuBackend | None = None
         self._tasks: TaskManager | None = None
         self._trainer: TrainerServer | None = None
@@ -219,20 +218,15 @@ class NodeAgent:
             self._gpus.close()
         self._gpus = None
         self._started = False
-        if self._lock_fd is not None:
-            self._lock_fd.close()
-            self._lock_fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _lock_state_dir(self) -> None:
-        fd = open(self._paths.lock_file, "a+")  # noqa: SIM115 - held for the agent's lifetime
         try:
-            fcntl.flock(fd.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            fd.close()
-            raise ConfigError(
-                f"another agent is using the state directory {self._paths.state_dir}"
-            ) from None
-        self._lock_fd = fd
+            self._lock = StateDirLock(self._paths.state_dir, self._paths.lock_file.name, "agent")
+        except StateDirInUse as exc:
+            raise ConfigError(str(exc)) from None
 
     def _on_fatal(self, message: str) -> None:
         self._fatal = message

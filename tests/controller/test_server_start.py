@@ -6,8 +6,11 @@ import logging
 
 import pytest
 
+from controller.cli import EXIT_STATE_DIR_IN_USE
 from controller.clock import ManualClock
 from controller.server import Controller, ControllerConfig
+from mlsched.cli import main
+from mlsched.statelock import StateDirInUse
 
 
 @pytest.mark.parametrize(
@@ -28,3 +31,51 @@ def test_the_controller_names_its_policy_at_start(tmp_path, caplog, policy, logg
         ]
     finally:
         controller.stop()
+
+
+def _snapshot_dir(path):
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.is_file()}
+
+
+def test_a_second_controller_on_the_same_state_dir_refuses_and_touches_nothing(tmp_path):
+    config = ControllerConfig(listen="127.0.0.1:0", state_dir=tmp_path, join_token="t" * 32)
+    first = Controller(config, clock=ManualClock(1_000.0))
+    first.start()
+    try:
+        with first.state.lock:
+            first.state.emit("marker", "written by the first controller")
+        before = _snapshot_dir(tmp_path)
+        with pytest.raises(StateDirInUse, match="another controller is using the state"):
+            Controller(config, clock=ManualClock(2_000.0))
+        code = main(
+            ["controller", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path),
+             "--join-token", "t" * 32, "--policy", "fifo"]
+        )  # fmt: skip
+        assert code == EXIT_STATE_DIR_IN_USE
+        assert _snapshot_dir(tmp_path) == before
+    finally:
+        first.stop()
+    # the lock goes with the first controller: a successor starts and sees the first's state
+    second = Controller(config, clock=ManualClock(3_000.0))
+    second.start()
+    try:
+        assert "marker" in [e.kind for e in second.store.events_after(0, "")]
+    finally:
+        second.stop()
+
+
+def test_the_refusal_is_a_clear_message_and_its_own_exit_code(tmp_path, capsys):
+    config = ControllerConfig(listen="127.0.0.1:0", state_dir=tmp_path, join_token="t" * 32)
+    first = Controller(config, clock=ManualClock(1_000.0))
+    first.start()
+    try:
+        code = main(
+            ["controller", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path),
+             "--join-token", "t" * 32, "--policy", "fifo"]
+        )  # fmt: skip
+    finally:
+        first.stop()
+    assert code == EXIT_STATE_DIR_IN_USE == 3
+    err = capsys.readouterr().err
+    assert f"another controller is using the state directory {tmp_path}" in err
+    assert "refusing to start" in err

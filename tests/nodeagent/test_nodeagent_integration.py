@@ -25,6 +25,7 @@ from nodeagent_testkit import (
 
 from mlsched.v1 import agent_pb2, common_pb2, trainer_pb2, trainer_pb2_grpc
 from nodeagent.agent import NodeAgent
+from nodeagent.config import ConfigError
 from nodeagent.gpus import VirtualGpus
 
 pytestmark = pytest.mark.integration
@@ -478,3 +479,12 @@ def test_sigterm_drains_the_agent_process_and_leaves_tasks_running(
             agent.wait()
         server.stop()
         kill_leftovers(peer.pids(), str(tmp_path))
+
+
+def test_a_second_agent_on_the_same_state_dir_refuses_to_start(
+    tmp_path: Path, make_agent: Callable[..., NodeAgent], controller: ControllerServer
+) -> None:
+    make_agent()
+    second = NodeAgent(agent_config(tmp_path, controller.address), gpus=VirtualGpus(2))
+    with pytest.raises(ConfigError, match="another agent is using the state directory"):
+        second.start()
