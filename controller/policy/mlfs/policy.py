@@ -73,6 +73,7 @@ from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
 from controller.policy.mlfs.hosts import HostPool
 from controller.policy.mlfs.moves import (
+    Mover,
     find_movers,
     hot_servers,
     idle,
@@ -134,12 +135,44 @@ class MlfhPolicy:
         movers = find_movers(hot, active, pool, tasks, self.config, self.resources)
         unload_movers(pool, movers.values(), self.resources)
 
+        items = [(v, False) for v in snapshot.queued] + [(m.view, True) for m in movers.values()]
+        items.sort(key=lambda item: (-job_priority[item[0].id], item[0].id))
+        launches, migrations, suspends, waiting = self._queue_pass(
+            items, movers, pool, tasks, lease
+        )
+
+        releasing = [p for v in snapshot.busy for p in v.placement]
+        for mover in movers.values():
+            releasing.extend(p for p in mover.view.placement if p.rank in mover.ranks)
+        expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
+        victims = (
+            self._preempt(waiting, expired, job_priority, pool, releasing) if preempting else []
+        )
+        suspends.extend(Suspend(v.id, reason) for v, reason in victims)
+        gone = {v.id for v, _ in victims}
+        renewals = tuple(Renew(v.id, lease) for v in expired if v.id not in gone)
+        return Decision(
+            launch=tuple(launches),
+            renew=renewals,
+            suspend=tuple(suspends),
+            migrate=tuple(migrations),
+            stop=stops,
+        )
+
+    def _queue_pass(
+        self,
+        items: Sequence[tuple[JobView, bool]],
+        movers: Mapping[str, Mover],
+        pool: HostPool,
+        tasks: Mapping[TaskKey, float],
+        lease: float,
+    ) -> tuple[list[Launch], list[Migrate], list[Suspend], list[JobView]]:
+        """Step 3 of the module docstring over ``items`` (job, moving) in priority order: the
+        launches, migrations, movers sent back, and the queued jobs left waiting (in order)."""
         launches: list[Launch] = []
         migrations: list[Migrate] = []
         suspends: list[Suspend] = []
-        waiting: list[JobView] = []  # queued jobs not placed, by priority
-        items = [(v, False) for v in snapshot.queued] + [(m.view, True) for m in movers.values()]
-        items.sort(key=lambda item: (-job_priority[item[0].id], item[0].id))
+        waiting: list[JobView] = []
         room = pool.room(1) > 0
         scan = _Scan(items, pool, self.resources) if room else None
         index = 0
@@ -161,35 +194,15 @@ class MlfhPolicy:
                     reason = f"moved off overloaded {', '.join(sorted(mover.sources))}"
                     migrations.append(Migrate(view.id, placement, lease, reason))
             else:
-                assert scan is not None or not room
-                placement = (
-                    place_queued(view, scan.demand[index - 1], pool, tasks)
-                    if scan is not None and room
-                    else None
-                )
+                placement = None
+                if scan is not None and room:
+                    placement = place_queued(view, scan.demand[index - 1], pool, tasks)
                 if placement is None:
                     waiting.append(view)
                 else:
                     launches.append(Launch(view.id, placement, lease))
             room = room and pool.room(1) > 0
-
-        releasing = [p for v in snapshot.busy for p in v.placement]
-        for mover in movers.values():
-            releasing.extend(p for p in mover.view.placement if p.rank in mover.ranks)
-        expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
-        victims = (
-            self._preempt(waiting, expired, job_priority, pool, releasing) if preempting else []
-        )
-        suspends.extend(Suspend(v.id, reason) for v, reason in victims)
-        gone = {v.id for v, _ in victims}
-        renewals = tuple(Renew(v.id, lease) for v in expired if v.id not in gone)
-        return Decision(
-            launch=tuple(launches),
-            renew=renewals,
-            suspend=tuple(suspends),
-            migrate=tuple(migrations),
-            stop=stops,
-        )
+        return launches, migrations, suspends, waiting
 
     # --- priorities -------------------------------------------------------------------------
 
