@@ -1,4 +1,10 @@
-"""UniSched live: a strict-SLO job meets a deadline under UniSched that it misses under FIFO."""
+"""UniSched live: a strict-SLO job meets a deadline under UniSched that it misses under FIFO.
+
+The deadline under UniSched is generous (two minutes for a job of a few seconds of training):
+the test is about who runs, and a loaded one-core machine takes tens of seconds to start,
+profile, suspend and resume torch processes. Under FIFO the job waits behind a job of hours
+whatever the machine's speed, so a short deadline shows the miss without a long wait.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,8 @@ from mlsched.model import Deadline, IterationStop, JobClass, JobState
 
 pytestmark = pytest.mark.integration
 
-DEADLINE_S = 45.0
+DEADLINE_S = 120.0
+FIFO_DEADLINE_S = 30.0
 TIMING = ClusterTiming(
     lease_s=4.0,  # BE lease; UniSched's SLO lease is twice that
     cycle_s=0.3,
@@ -22,14 +29,14 @@ TIMING = ClusterTiming(
 )
 
 
-def submit_pair(cluster, client, example_spec, wait_job):
+def submit_pair(cluster, client, example_spec, wait_job, deadline_s: float = DEADLINE_S):
     """A best-effort job that would run for hours holds the only GPU; then an SLO job comes."""
     hog = client.submit(example_spec("hog", stopping=IterationStop(10_000_000)))
     wait_job(cluster, client, hog.id, lambda j: j.state is JobState.RUNNING)
     slo_spec = replace(
         example_spec("urgent", stopping=IterationStop(300)),
         job_class=JobClass.STRICT_SLO,
-        deadlines=(Deadline(DEADLINE_S, 100.0),),
+        deadlines=(Deadline(deadline_s, 100.0),),
     )
     return hog, client.submit(slo_spec)
 
@@ -48,12 +55,12 @@ def test_slo_job_meets_its_deadline_under_unisched(make_cluster, example_spec, w
     assert done.speed_samples  # profiled on the live trainer's reports
 
 
-def test_same_slo_job_misses_its_deadline_under_fifo(make_cluster, example_spec, wait_job):
+def test_an_slo_job_misses_its_deadline_under_fifo(make_cluster, example_spec, wait_job):
     cluster = make_cluster(TIMING, nodes={"node-a": 1}, policy="fifo")
     with cluster.client("alice") as client:
-        hog, urgent = submit_pair(cluster, client, example_spec, wait_job)
+        hog, urgent = submit_pair(cluster, client, example_spec, wait_job, FIFO_DEADLINE_S)
         # FIFO never preempts: wait until the deadline has passed, then look
-        time.sleep(max(0.0, urgent.submit_time + DEADLINE_S - time.time()) + 1.0)
+        time.sleep(max(0.0, urgent.submit_time + FIFO_DEADLINE_S - time.time()) + 1.0)
         missed, _ = client.get(urgent.id)
         client.cancel(urgent.id)
         client.cancel(hog.id)

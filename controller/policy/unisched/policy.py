@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from controller.estimator.duration import predicted_iterations
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
+from controller.policy.overload import requested
 from controller.policy.unisched import static_profiler
 from controller.policy.unisched.cells import (
     Allocation,
@@ -104,6 +105,7 @@ class UniSchedPolicy:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         if not snapshot.nodes:
             return Decision()
+        snapshot = _without_new_work_on_overloaded(snapshot)
         if self.config.static_profile_nodes:
             return self._with_static_profiler(snapshot)
         return self._decide(snapshot)
@@ -540,6 +542,18 @@ class UniSchedPolicy:
         self._picked = {j: a for j, a in self._picked.items() if j in keep}
         for job_id in [j for j in self._curves if j not in keep]:
             del self._curves[job_id]
+
+
+def _without_new_work_on_overloaded(snapshot: ClusterSnapshot) -> ClusterSnapshot:
+    """Plan an overloaded server with reduced capacity: while one of its agents' requests to
+    move a job is pending (MLFS §3.3.3; issue 10), its free GPUs take no new work. Moving the
+    agent's Euclidean choice off it is the registry's overload answer
+    (:mod:`controller.policy.overload`), at once."""
+    hot = {p.node_id for v in requested(snapshot) for p in v.placement}
+    if not hot:
+        return snapshot
+    nodes = tuple(replace(n, free_gpu_indices=()) if n.id in hot else n for n in snapshot.nodes)
+    return replace(snapshot, nodes=nodes)
 
 
 def _within_reach(
