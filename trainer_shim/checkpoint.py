@@ -1,9 +1,25 @@
-"""Checkpoint files: atomic writes, the LATEST pointer, pruning and RNG state.
+"""Checkpoint files: atomic writes, the LATEST pointer, pruning, generation fencing, RNG state.
 
-Layout (docs/task-environment.md): `<dir>/step-<N>.pt` is written as `step-<N>.pt.tmp`,
-fsynced and renamed; then `LATEST`, holding the file name of the newest complete checkpoint,
-is replaced the same way. A crash at any point leaves LATEST naming a complete file (or no
-LATEST at all); leftover `.tmp` files are never read and are removed by the next save.
+Layout (docs/task-environment.md): `<dir>/step-<N>.pt` is written to a temporary name unique to
+the writer (`step-<N>.pt.g<generation>.<pid>.<random>.tmp`), fsynced and renamed; then
+`LATEST`, holding the file name of the newest complete checkpoint, is replaced the same way.
+A crash at any point leaves LATEST naming a complete file (or no LATEST at all); leftover
+`.tmp` files are never read.
+
+Two attempts of one job may write the same directory (a stale attempt cut off from the
+controller still running while its successor trains). Every store has a *generation* (the
+attempt number in the cluster); `FENCE` records the newest generation that has claimed the
+directory and the (generation, step) LATEST names. Publishing (rename, LATEST, FENCE,
+pruning) happens under an exclusive `flock` on `<dir>/LOCK`, and:
+
+- a save from a generation older than the recorded one is refused (`StaleCheckpointWrite`):
+  its file is not published, nothing is deleted, LATEST does not move;
+- LATEST moves only forward in (generation, step): a newer generation always takes it (it
+  resumed from whatever it loaded), the same generation only to a step at least as high;
+- pruning removes only steps below the one just saved (keeping `keep - 1` of them) and never
+  the file LATEST names: a step newer than the one just saved is never deleted;
+- temporary files are removed only when a fenced-out generation (or the old fixed-name
+  format) left them.
 
 Every value in a checkpoint, RNG state included, is a tensor or a plain container, so files
 load with `torch.load(..., weights_only=True)`.
@@ -11,13 +27,18 @@ load with `torch.load(..., weights_only=True)`.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
+import json
 import logging
 import os
 import random
 import re
+import secrets
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -26,6 +47,7 @@ import torch
 __all__ = [
     "LATEST",
     "CheckpointStore",
+    "StaleCheckpointWrite",
     "capture_rng",
     "checkpoint_name",
     "ensure_weights_only_loadable",
@@ -35,8 +57,32 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LATEST = "LATEST"
+FENCE = "FENCE"
+LOCK = "LOCK"
 _NAME_RE = re.compile(r"^step-(\d+)\.pt$")
-_TMP_RE = re.compile(r"^(step-\d+\.pt|LATEST)\.tmp$")
+# Current temporary names carry the writer's generation; the old fixed names carry none.
+_TMP_RE = re.compile(r"^(?:step-\d+\.pt|LATEST|FENCE)(?:\.g(\d+)\.\d+\.[0-9a-f]+)?\.tmp$")
+
+
+class StaleCheckpointWrite(RuntimeError):
+    """A save from an attempt older than the newest one that has claimed the directory."""
+
+    def __init__(self, directory: Path, step: int | None, generation: int, newest: int) -> None:
+        self.generation = generation
+        self.newest = newest
+        what = "to claim" if step is None else f"to save step {step}"
+        super().__init__(
+            f"refusing {what} for generation (attempt) {generation} in {directory}:"
+            f" generation {newest} has taken over this checkpoint directory"
+        )
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What `FENCE` records: the newest generation seen and the (generation, step) of LATEST."""
+
+    generation: int = 0
+    latest: tuple[int, int] | None = None
 
 
 def checkpoint_name(step: int) -> str:
@@ -59,14 +105,29 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write via `write(file)` to `<path>.tmp`, fsync, rename onto `path`, fsync the directory."""
-    tmp = path.with_name(path.name + ".tmp")
+def _temp_name(path: Path, generation: int) -> Path:
+    """A temporary name no other writer uses: generation, pid and random bits."""
+    return path.with_name(f"{path.name}.g{generation}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def _write_temp(path: Path, generation: int, write: Callable[[BinaryIO], object]) -> Path:
+    """Write via `write(file)` to a fresh temporary name next to `path`, fsynced; returns it."""
+    tmp = _temp_name(path, generation)
     try:
         with open(tmp, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _atomic_write(path: Path, generation: int, write: Callable[[BinaryIO], object]) -> None:
+    """Write to a unique temporary name, fsync, rename onto `path`, fsync the directory."""
+    tmp = _write_temp(path, generation, write)
+    try:
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -75,13 +136,21 @@ def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
 
 
 class CheckpointStore:
-    """The checkpoints of one job in one directory; keeps the newest `keep` of them."""
+    """The checkpoints of one job in one directory; keeps the newest `keep` of them.
 
-    def __init__(self, directory: str | os.PathLike[str], keep: int = 2) -> None:
+    `generation` fences writers (the attempt number in the cluster; see the module docstring).
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike[str], keep: int = 2, generation: int = 0
+    ) -> None:
         if keep < 1:
             raise ValueError("keep must be >= 1")
+        if generation < 0:
+            raise ValueError("generation must be >= 0")
         self.directory = Path(directory)
         self.keep = keep
+        self.generation = generation
 
     def steps(self) -> list[int]:
         """Steps of the complete checkpoint files present, ascending."""
@@ -93,6 +162,13 @@ class CheckpointStore:
 
     def latest_path(self) -> Path | None:
         """The checkpoint LATEST names, or None when LATEST is absent, malformed or dangling."""
+        name = self._latest_name()
+        if name is None:
+            return None
+        path = self.directory / name
+        return path if path.is_file() else None
+
+    def _latest_name(self) -> str | None:
         try:
             name = (self.directory / LATEST).read_text(encoding="utf-8").strip()
         except (FileNotFoundError, NotADirectoryError):
@@ -100,32 +176,109 @@ class CheckpointStore:
         if not _NAME_RE.match(name):
             log.warning("ignoring malformed %s in %s: %r", LATEST, self.directory, name)
             return None
-        path = self.directory / name
-        return path if path.is_file() else None
+        return name
+
+    def fence(self) -> Fence:
+        """The recorded fence; a directory without `FENCE` counts as generation 0, with LATEST's
+        step (if any) as generation 0's."""
+        try:
+            raw = json.loads((self.directory / FENCE).read_text(encoding="utf-8"))
+            latest = raw.get("latest")
+            return Fence(
+                generation=int(raw["generation"]),
+                latest=None if latest is None else (int(latest[0]), int(latest[1])),
+            )
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            log.warning("ignoring malformed %s in %s: %r", FENCE, self.directory, exc)
+        name = self._latest_name()
+        match = None if name is None else _NAME_RE.match(name)
+        return Fence(latest=None if match is None else (0, int(match.group(1))))
+
+    def claim(self) -> None:
+        """Record this store's generation as the newest, so older writers are refused from now
+        on (called when an attempt starts, before it has saved anything).
+
+        Raises StaleCheckpointWrite when a newer generation has already claimed the directory.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            fence = self._check_fence(None)
+            if fence.generation < self.generation:
+                self._write_fence(Fence(self.generation, fence.latest))
 
     def save(self, step: int, payload: Mapping[str, Any]) -> Path:
         """Write `payload` as the checkpoint of `step`, point LATEST at it and prune.
 
-        Pruning keeps this checkpoint and the `keep - 1` newest older ones; checkpoints with a
-        higher step belong to an abandoned timeline (a fresh start over an old directory) and
-        are removed, since LATEST no longer leads to them.
+        The file is written outside the lock; renaming it into place, LATEST, FENCE and pruning
+        happen under it. Raises StaleCheckpointWrite (having published and deleted nothing)
+        when a newer generation has claimed the directory.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
         name = checkpoint_name(step)
+        self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / name
-        _atomic_write(path, lambda f: torch.save(dict(payload), f))
-        _atomic_write(self.directory / LATEST, lambda f: f.write(f"{name}\n".encode()))
-        self._prune(step)
+        tmp = _write_temp(path, self.generation, lambda f: torch.save(dict(payload), f))
+        try:
+            with self._locked():
+                fence = self._check_fence(step)
+                os.replace(tmp, path)
+                _fsync_dir(self.directory)
+                latest = fence.latest
+                if latest is None or (self.generation, step) >= latest:
+                    _atomic_write(
+                        self.directory / LATEST,
+                        self.generation,
+                        lambda f: f.write(f"{name}\n".encode()),
+                    )
+                    latest = (self.generation, step)
+                else:
+                    log.warning(
+                        "saved %s but %s stays at step %d of generation %d (not older than step"
+                        " %d of generation %d)",
+                        name,
+                        LATEST,
+                        latest[1],
+                        latest[0],
+                        step,
+                        self.generation,
+                    )
+                self._write_fence(Fence(max(fence.generation, self.generation), latest))
+                self._prune(step)
+        finally:
+            tmp.unlink(missing_ok=True)
         return path
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.directory / LOCK, "a") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            yield  # closing the file releases the lock
+
+    def _check_fence(self, step: int | None) -> Fence:
+        fence = self.fence()
+        if fence.generation > self.generation:
+            error = StaleCheckpointWrite(self.directory, step, self.generation, fence.generation)
+            log.error("%s", error)
+            raise error
+        return fence
+
+    def _write_fence(self, fence: Fence) -> None:
+        data = {"generation": fence.generation, "latest": fence.latest}
+        _atomic_write(
+            self.directory / FENCE, self.generation, lambda f: f.write(json.dumps(data).encode())
+        )
+
     def _prune(self, current: int) -> None:
-        steps = self.steps()
-        older = [s for s in steps if s < current]
-        doomed = [s for s in steps if s > current] + older[: max(0, len(older) - self.keep + 1)]
-        for step in doomed:
+        """Under the lock: older steps beyond `keep`, never LATEST's file nor a newer step; temp
+        files of fenced-out generations and of the old fixed-name format."""
+        keep_name = self._latest_name()
+        older = [s for s in self.steps() if s < current and checkpoint_name(s) != keep_name]
+        for step in older[: max(0, len(older) - self.keep + 1)]:
             (self.directory / checkpoint_name(step)).unlink(missing_ok=True)
         for name in os.listdir(self.directory):
-            if _TMP_RE.match(name):
+            m = _TMP_RE.match(name)
+            if m is not None and (m.group(1) is None or int(m.group(1)) < self.generation):
                 (self.directory / name).unlink(missing_ok=True)
 
     def load_latest(self) -> tuple[Path, dict[str, Any]] | None:

@@ -22,6 +22,7 @@ from mlsched.v1 import common_pb2, trainer_pb2
 from trainer_shim import distributed
 from trainer_shim.checkpoint import (
     CheckpointStore,
+    StaleCheckpointWrite,
     capture_rng,
     ensure_weights_only_loadable,
     restore_rng,
@@ -141,8 +142,12 @@ class JobContext:
         self._resume = resume
         self._exit_file = None if exit_file is None else Path(exit_file)
         self._store = (
-            None if checkpoint_dir is None else CheckpointStore(checkpoint_dir, keep_checkpoints)
+            None
+            if checkpoint_dir is None
+            else _make_store(Path(checkpoint_dir), keep_checkpoints, task_env, resume)
         )
+        # Set when the checkpoint store refused this attempt (a newer one owns the directory).
+        self._fenced_reason: str | None = None
         self._flush_timeout = flush_timeout
         self._control = ControlState()
         self._session: AgentSession | None = None
@@ -343,7 +348,11 @@ class JobContext:
         """
         if self._suspend_reason is not None:
             return True
-        reason = self._control.suspend_reason or ("SIGTERM" if self._sigterm else None)
+        reason = (
+            self._control.suspend_reason
+            or ("SIGTERM" if self._sigterm else None)
+            or self._fenced_reason
+        )
         if distributed.is_active():
             if not distributed.any_rank(reason is not None):
                 return False
@@ -491,12 +500,22 @@ class JobContext:
             "world_size": self.world_size,
             "saved_at": time.time(),
         }
-        path = self._store.save(step, payload)
+        try:
+            path = self._store.save(step, payload)
+        except StaleCheckpointWrite as exc:  # logged by the store
+            self._fenced(exc)
+            return None
         if self._session is not None:
             self._send_restored(self._restored_step, only_if_unsent=True)
             notice = trainer_pb2.CheckpointSaved(step=step, path=str(path.resolve()))
             self._session.send_notice(trainer_pb2.TrainerSessionRequest(checkpoint_saved=notice))
         return path
+
+    def _fenced(self, exc: StaleCheckpointWrite) -> None:
+        """A newer attempt owns the checkpoints: this one must stop (should_suspend says so)."""
+        if self._fenced_reason is None:
+            log.error("this attempt is stale and will suspend: %s", exc)
+        self._fenced_reason = f"stale attempt: generation {exc.newest} owns the checkpoints"
 
     def restore(
         self, model: nn.Module | None, optimizer: torch.optim.Optimizer | None = None
@@ -510,6 +529,11 @@ class JobContext:
         Tells the agent `Restored(step)`.
         """
         info: RestoreInfo | None = None
+        if self._store is not None and self.env.in_cluster and self.rank == 0:
+            try:
+                self._store.claim()  # older attempts may no longer write from now on
+            except StaleCheckpointWrite as exc:
+                self._fenced(exc)
         if self._resume:
             loaded = None if self._store is None else self._store.load_latest()
             if loaded is None:
@@ -553,3 +577,14 @@ class JobContext:
         if self.world_size > 1 and distributed.init_process_group(self.device, backend, timeout):
             self._owns_process_group = True
         return distributed.is_active()
+
+
+def _make_store(directory: Path, keep: int, task_env: TaskEnv, resume: bool) -> CheckpointStore:
+    """The store of this process. Its generation is the attempt in the cluster; locally a
+    resume continues the recorded generation and a fresh start begins the next one."""
+    if task_env.attempt is not None:
+        generation = task_env.attempt
+    else:
+        recorded = CheckpointStore(directory, keep).fence().generation
+        generation = recorded if resume else recorded + 1
+    return CheckpointStore(directory, keep, generation)

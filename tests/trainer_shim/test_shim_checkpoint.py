@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -10,7 +11,15 @@ import torch
 from torch import nn
 
 import trainer_shim
-from trainer_shim.checkpoint import LATEST, CheckpointStore, capture_rng, restore_rng
+from trainer_shim.checkpoint import (
+    FENCE,
+    LATEST,
+    LOCK,
+    CheckpointStore,
+    StaleCheckpointWrite,
+    capture_rng,
+    restore_rng,
+)
 
 
 def _model() -> nn.Module:
@@ -31,7 +40,13 @@ def test_save_writes_the_file_then_latest_and_prunes_to_two(tmp_path: Path) -> N
         path = store.save(step, {"step": step})
         assert path == tmp_path / f"step-{step}.pt"
         assert (tmp_path / LATEST).read_text().strip() == path.name
-    assert sorted(p.name for p in tmp_path.iterdir()) == [LATEST, "step-200.pt", "step-300.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        FENCE,
+        LATEST,
+        LOCK,
+        "step-200.pt",
+        "step-300.pt",
+    ]
     loaded = store.load_latest()
     assert loaded is not None
     assert loaded[0].name == "step-300.pt"
@@ -70,13 +85,87 @@ def test_unloadable_latest_falls_back_to_an_older_checkpoint(tmp_path: Path) -> 
     assert loaded is not None and loaded[1]["step"] == 1
 
 
-def test_a_fresh_timeline_removes_newer_checkpoints_of_an_old_one(tmp_path: Path) -> None:
-    store = CheckpointStore(tmp_path)
+def test_a_fresh_timeline_takes_latest_but_deletes_no_newer_step(tmp_path: Path) -> None:
+    old = CheckpointStore(tmp_path, generation=1)
     for step in (400, 500):
-        store.save(step, {"step": step})
-    store.save(100, {"step": 100})  # a fresh start over the same directory
-    assert store.steps() == [100]
-    assert store.latest_path() == tmp_path / "step-100.pt"
+        old.save(step, {"step": step})
+    fresh = CheckpointStore(tmp_path, generation=2)  # a fresh start over the same directory
+    fresh.save(100, {"step": 100})
+    assert fresh.steps() == [100, 400, 500]
+    assert fresh.latest_path() == tmp_path / "step-100.pt"
+    loaded = fresh.load_latest()
+    assert loaded is not None and loaded[1]["step"] == 100
+
+
+def test_within_one_generation_latest_never_moves_backwards(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, generation=3)
+    store.save(500, {"step": 500})
+    store.save(400, {"step": 400})
+    assert store.latest_path() == tmp_path / "step-500.pt"
+    assert store.steps() == [400, 500]
+
+
+def test_a_late_save_of_a_stale_attempt_is_refused_issue_11_case(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 11 #3: the new attempt saved 1000; a late save of the stale attempt at 900 must
+    neither delete 1000 nor move LATEST to 900."""
+    stale = CheckpointStore(tmp_path, generation=1)
+    stale.save(800, {"step": 800})
+    new = CheckpointStore(tmp_path, generation=2)
+    new.save(1000, {"step": 1000})
+    with pytest.raises(StaleCheckpointWrite, match="generation 2 has taken over"):
+        stale.save(900, {"step": 900})
+    assert "refusing to save step 900 for generation (attempt) 1" in caplog.text
+    assert new.steps() == [800, 1000]
+    assert (tmp_path / LATEST).read_text().strip() == "step-1000.pt"
+    assert not list(tmp_path.glob("*.tmp"))
+    loaded = new.load_latest()
+    assert loaded is not None and loaded[1]["step"] == 1000
+
+
+def test_a_claim_fences_the_stale_attempt_before_the_new_one_saves(tmp_path: Path) -> None:
+    stale = CheckpointStore(tmp_path, generation=1)
+    stale.save(800, {"step": 800})
+    CheckpointStore(tmp_path, generation=2).claim()  # the new attempt started (restore)
+    with pytest.raises(StaleCheckpointWrite):
+        stale.save(900, {"step": 900})
+    assert stale.steps() == [800]
+    assert stale.latest_path() == tmp_path / "step-800.pt"
+
+
+class _SaveWhilePickled:
+    """Pickling this runs ``action``: another writer acts while a save is mid-write."""
+
+    def __init__(self, action: Callable[[], object]) -> None:
+        self.action = action
+
+    def __reduce__(self) -> tuple[object, ...]:
+        self.action()
+        return (int, (0,))
+
+
+def test_a_stale_save_in_flight_when_the_new_attempt_publishes_is_refused(
+    tmp_path: Path,
+) -> None:
+    """Unique temporary names: both writers write step 900's file at once; neither clobbers
+    the other's temporary file, and only the newer generation's file is published."""
+    stale = CheckpointStore(tmp_path, generation=1)
+    new = CheckpointStore(tmp_path, generation=2)
+    seen: list[list[str]] = []
+
+    def new_attempt_saves() -> None:
+        seen.append(sorted(p.name for p in tmp_path.glob("*.tmp")))
+        new.save(900, {"step": 900, "by": "new"})
+        new.save(1000, {"step": 1000, "by": "new"})
+
+    with pytest.raises(StaleCheckpointWrite):
+        stale.save(900, {"step": 900, "by": "stale", "hook": _SaveWhilePickled(new_attempt_saves)})
+    assert len(seen) == 1 and len(seen[0]) == 1 and seen[0][0].startswith("step-900.pt.g1.")
+    assert new.steps() == [900, 1000]
+    assert torch.load(tmp_path / "step-900.pt", weights_only=True)["by"] == "new"
+    assert (tmp_path / LATEST).read_text().strip() == "step-1000.pt"
+    assert not list(tmp_path.glob("*.tmp"))
 
 
 def test_rng_round_trip_gives_identical_random_numbers() -> None:
@@ -166,3 +255,34 @@ def test_resuming_at_the_budget_runs_no_further_iteration(tmp_path: Path) -> Non
     ) as job:
         assert job.restore(model) == 10
         assert job.should_stop()
+
+
+def _cluster(tmp_path: Path, attempt: int, resume: bool) -> dict[str, str]:
+    return {
+        "MLSCHED_TASK_ID": f"j-11/0/{attempt}",
+        "MLSCHED_CHECKPOINT_DIR": str(tmp_path / "ck"),
+        "MLSCHED_RESUME": "1" if resume else "0",
+        "MLSCHED_EXIT_FILE": str(tmp_path / f"exit-{attempt}.json"),
+        "MLSCHED_VIRTUAL_GPUS": "1",
+    }
+
+
+def test_a_stale_attempt_is_refused_and_told_to_suspend(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = _model()
+    with trainer_shim.init(environ=_cluster(tmp_path, 1, False), flush_timeout=0.2) as stale:
+        assert stale.restore(model) == 0
+        assert stale.save_checkpoint(800, model) is not None
+        with trainer_shim.init(environ=_cluster(tmp_path, 2, True), flush_timeout=0.2) as new:
+            assert new.restore(model) == 800  # claims the directory for attempt 2
+            assert not stale.should_suspend()  # nothing refused yet
+            assert stale.save_checkpoint(900, model) is None  # refused: attempt 2 owns it
+            assert new.save_checkpoint(1000, model) is not None
+        assert stale.save_checkpoint(950, model) is None
+        assert stale.should_suspend()
+        assert stale.suspend_reason == "stale attempt: generation 2 owns the checkpoints"
+    assert "this attempt is stale and will suspend" in caplog.text
+    store = CheckpointStore(tmp_path / "ck")
+    assert store.steps() == [800, 1000]
+    assert (tmp_path / "ck" / LATEST).read_text().strip() == "step-1000.pt"
