@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import csc_array
+from scipy.sparse import csc_array, csr_array
 
 from controller.policy.unisched.milp import MilpProblem, MilpSolution, feasible_deadlines
 
@@ -75,32 +75,51 @@ class MatrixAnswer:
 
 
 class _Builder:
-    """Columns and rows in coordinate lists."""
+    """Columns, and rows as runs of (column, value) in one pair of flat lists."""
 
     def __init__(self) -> None:
         self.cost: list[float] = []
-        self.integer: list[int] = []
-        self.upper: list[float] = []
-        self.rows: list[int] = []
+        self.integer: list[bool] = []
         self.cols: list[int] = []
         self.vals: list[float] = []
+        self.lengths: list[int] = []  # entries per row
         self.lo: list[float] = []
         self.hi: list[float] = []
 
     def column(self, cost: float = 0.0, integer: bool = False) -> int:
         self.cost.append(cost)
-        self.integer.append(1 if integer else 0)
-        self.upper.append(1.0)
+        self.integer.append(integer)
         return len(self.cost) - 1
 
-    def row(self, entries: list[tuple[int, float]], lo: float, hi: float) -> None:
-        r = len(self.lo)
-        for col, val in entries:
-            self.rows.append(r)
-            self.cols.append(col)
-            self.vals.append(val)
+    def columns(self, count: int) -> range:
+        """``count`` continuous columns in [0, 1] at no cost."""
+        first = len(self.cost)
+        self.cost.extend([0.0] * count)
+        self.integer.extend([False] * count)
+        return range(first, first + count)
+
+    def row(self, cols: list[int], vals: list[float], lo: float, hi: float) -> None:
+        self.cols.extend(cols)
+        self.vals.extend(vals)
+        self.lengths.append(len(cols))
         self.lo.append(lo)
         self.hi.append(hi)
+
+    def matrices(self, first_feasible: bool) -> Matrices:
+        indptr = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=indptr[1:])
+        shape = (len(self.lo), len(self.cost))
+        a = csr_array((self.vals, self.cols, indptr), shape=shape)
+        a.sum_duplicates()  # a level-g cell count enters each Eq. 14 row i <= g
+        return Matrices(
+            c=np.asarray(self.cost, dtype=float),
+            integrality=np.asarray(self.integer, dtype=np.uint8),
+            ub=np.ones(len(self.cost)),
+            a=a.tocsc(),
+            lo=np.asarray(self.lo, dtype=float),
+            hi=np.asarray(self.hi, dtype=float),
+            first_feasible=first_feasible,
+        )
 
 
 def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
@@ -108,8 +127,8 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
     b = _Builder()
     levels = len(problem.free_cells)
     horizon = problem.horizon
-    cell_use: list[list[tuple[int, float]]] = [[] for _ in range(levels)]
-    future: dict[int, list[tuple[int, float]]] = {}
+    cell_use: list[list[tuple[int, int]]] = [[] for _ in range(levels)]
+    future: dict[int, tuple[list[int], list[float]]] = {}
     run: dict[str, int] = {}
     ys: dict[str, range] = {}
     ss: dict[str, list[tuple[int, int]]] = {}
@@ -121,16 +140,18 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
             for level, count in enumerate(option.cells):
                 if count:
                     cell_use[level].append((var, count))  # Eq. 11
-        b.row([(x0, -1.0), *((var, 1.0) for var in y)], 0.0, 0.0)  # Eq. 13
+        b.row([x0, *y], [-1.0] + [1.0] * len(y), 0.0, 0.0)  # Eq. 13
         if not job.slo:
             continue
         feasible = feasible_deadlines(job, horizon)
         if not feasible:
             continue
         last = min(horizon, max(q for _, q, _ in feasible))
-        terms = [b.column() for _ in range(1, last)]  # relaxed future terms
+        terms = b.columns(last - 1)  # relaxed future terms k = 1 .. last-1
         for k, var in enumerate(terms, start=1):
-            future.setdefault(k, []).append((var, float(job.gpus)))
+            cols, vals = future.setdefault(k, ([], []))
+            cols.append(var)
+            vals.append(float(job.gpus))
         chosen = []
         for f, q, value in feasible:
             s = b.column(value, integer=True)  # Eq. 4
@@ -138,36 +159,27 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
             beyond = max(0, q - horizon)
             needs = [o.leases[f] for o in job.options]
             best = min(needs)
-            held = [(var, 1.0) for var in terms[: min(q, horizon) - 1]]
-            coverage = [*held, (x0, 1.0), (s, float(beyond - best))]
+            held = terms[: min(q, horizon) - 1]
+            cols = [*held, x0, s]
+            vals = [1.0] * len(held) + [1.0, float(beyond - best)]
             for var, n in zip(y, needs, strict=True):
                 if n > best:
-                    w = b.column()
-                    b.row([(w, 1.0), (var, -1.0), (s, -1.0)], -1.0, _INF)  # w >= y + s - 1
-                    coverage.append((w, float(best - n)))
-            b.row(coverage, 0.0, _INF)  # Eqs. 7 and 12
-        b.row([(s, 1.0) for _, s in chosen], -_INF, 1.0)  # Eq. 6
+                    w = b.column(0.0)
+                    b.row([w, var, s], [1.0, -1.0, -1.0], -1.0, _INF)  # w >= y + s - 1
+                    cols.append(w)
+                    vals.append(float(best - n))
+            b.row(cols, vals, 0.0, _INF)  # Eqs. 7 and 12
+        b.row([s for _, s in chosen], [1.0] * len(chosen), -_INF, 1.0)  # Eq. 6
         ss[job.job_id] = chosen
     for i in range(levels):  # Eq. 14 over the requested cells (Eq. 11)
         entries = [(var, float(n << (g - i))) for g in range(i, levels) for var, n in cell_use[g]]
         if entries:
             have = sum(problem.free_cells[g] << (g - i) for g in range(i, levels))
-            b.row(entries, -_INF, float(have))
-    for k, used in future.items():
+            b.row([var for var, _ in entries], [v for _, v in entries], -_INF, float(have))
+    for k, (cols, vals) in future.items():
         taken = problem.reserved[k - 1] if k - 1 < len(problem.reserved) else 0.0
-        b.row(used, -_INF, max(0.0, problem.total_gpus - taken))
-    shape = (len(b.lo), len(b.cost))
-    a = csc_array((b.vals, (b.rows, b.cols)), shape=shape)  # duplicates are summed
-    matrices = Matrices(
-        c=np.asarray(b.cost, dtype=float),
-        integrality=np.asarray(b.integer, dtype=np.uint8),
-        ub=np.asarray(b.upper, dtype=float),
-        a=a,
-        lo=np.asarray(b.lo, dtype=float),
-        hi=np.asarray(b.hi, dtype=float),
-        first_feasible=problem.first_feasible,
-    )
-    return matrices, Columns(run, ys, ss)
+        b.row(cols, vals, -_INF, max(0.0, problem.total_gpus - taken))
+    return b.matrices(problem.first_feasible), Columns(run, ys, ss)
 
 
 def solve_scipy(problem: MilpProblem, time_limit_s: float = 1.0) -> MilpSolution | None:
