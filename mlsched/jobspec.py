@@ -231,6 +231,20 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
+# ASCII control characters other than tab and newline (NUL included): a NUL cannot reach
+# execve at all (Popen raises ValueError), the others only garble logs and terminals.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _control_problem(field: str, value: str) -> str | None:
+    """A problem naming ``field`` when ``value`` holds a control character, else None."""
+    match = _CONTROL_RE.search(value)
+    if match is None:
+        return None
+    char = "NUL byte" if match.group() == "\0" else f"control character {match.group()!r}"
+    return f"{field}: must not contain a {char} (at position {match.start()})"
+
+
 def _name(value: Any, problems: list[str]) -> str:
     if value is None:
         problems.append("name: required")
@@ -260,6 +274,10 @@ def _command(value: Any, problems: list[str]) -> tuple[str, ...]:
         return ()
     if not words or not words[0].strip():
         problems.append("command: must not be empty")
+        return ()
+    bad = [p for i, w in enumerate(words) if (p := _control_problem(f"command[{i}]", w))]
+    if bad:
+        problems.extend(bad)
         return ()
     return tuple(words)
 
@@ -373,8 +391,11 @@ def _target_stop(value: Mapping[str, Any], problems: list[str]) -> StoppingCrite
     if not isinstance(metric, str) or not metric:
         problems.append(f"stop.metric: a metric name such as accuracy, got {metric!r}")
         ok = False
-    if isinstance(target, bool) or not isinstance(target, int | float):
-        problems.append(f"stop.target: a number, got {target!r}")
+    elif bad := _control_problem("stop.metric", metric):
+        problems.append(bad)
+        ok = False
+    if _number(target) is None:
+        problems.append(f"stop.target: a finite number, got {target!r}")
         ok = False
     try:
         goal = MetricGoal(value.get("goal", "max"))
@@ -382,8 +403,14 @@ def _target_stop(value: Mapping[str, Any], problems: list[str]) -> StoppingCrite
         problems.append(f"stop.goal: 'max' or 'min', got {value.get('goal')!r}")
         ok = False
     maximum = value.get("max_iterations")
-    if isinstance(maximum, bool) or not isinstance(maximum, int) or maximum < 1:
-        problems.append(f"stop.max_iterations: required positive integer, got {maximum!r}")
+    if (
+        isinstance(maximum, bool)
+        or not isinstance(maximum, int)
+        or not 1 <= maximum <= MAX_ITERATIONS
+    ):
+        problems.append(
+            f"stop.max_iterations: required integer from 1 to {MAX_ITERATIONS}, got {maximum!r}"
+        )
         ok = False
     if not ok:
         return None
@@ -402,6 +429,8 @@ def _env(value: Any, problems: list[str]) -> tuple[tuple[str, str], ...]:
             problems.append(f"env: invalid variable name {key!r}")
         elif key.startswith("MLSCHED_"):
             problems.append(f"env: {key} is reserved for mlsched")
+        elif bad := _control_problem(f"env.{key}", str(val)):
+            problems.append(bad)
         else:
             pairs.append((key, str(val)))
     return tuple(sorted(pairs))
@@ -412,6 +441,9 @@ def _working_dir(value: Any, base_dir: Path | None, problems: list[str]) -> str:
         return str(base_dir) if base_dir is not None else ""
     if not isinstance(value, str) or not value:
         problems.append(f"working_dir: a path, got {value!r}")
+        return ""
+    if bad := _control_problem("working_dir", value):
+        problems.append(bad)
         return ""
     path = Path(value)
     if not path.is_absolute() and base_dir is not None:

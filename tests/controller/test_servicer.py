@@ -209,6 +209,51 @@ INVALID_SPECS = {
     "gpus-not-multiple-of-per-process": (_spec(gpus=3, gpus_per_process=2), "gpus_per_process"),
     "negative-retries": (_spec(max_retries=-1), "max_retries"),
     "reserved-env": (_spec(env={"MLSCHED_TASK_ID": "x"}), "env"),
+    # issue 11 #5: a NUL byte reached Popen on the agent and wedged the node
+    "command-nul-byte": (_spec(command=["python", "train.py\0--x"]), "command[1]: must not"),
+    "command-control-char": (_spec(command=["python\x1b[2J"]), "command[0]: must not"),
+    "env-nul-byte": (_spec(env={"OPTS": "a\0b"}), "env.OPTS: must not contain a NUL byte"),
+    "working-dir-nul-byte": (_spec(working_dir="/tmp/a\0b"), "working_dir: must not"),
+    # issue 11 #11
+    "target-nan": (
+        _spec(
+            stopping=common_pb2.StoppingCriterion(
+                target_metric=common_pb2.TargetMetricCriterion(
+                    metric="accuracy",
+                    target=math.nan,
+                    goal=common_pb2.METRIC_GOAL_MAXIMIZE,
+                    max_iterations=100,
+                )
+            )
+        ),
+        "stop.target: a finite number, got nan",
+    ),
+    "metric-nul-byte": (
+        _spec(
+            stopping=common_pb2.StoppingCriterion(
+                target_metric=common_pb2.TargetMetricCriterion(
+                    metric="acc\0",
+                    target=0.9,
+                    goal=common_pb2.METRIC_GOAL_MAXIMIZE,
+                    max_iterations=100,
+                )
+            )
+        ),
+        "stop.metric: must not contain a NUL byte",
+    ),
+    "max-iterations-beyond-the-bound": (
+        _spec(
+            stopping=common_pb2.StoppingCriterion(
+                target_metric=common_pb2.TargetMetricCriterion(
+                    metric="accuracy",
+                    target=0.9,
+                    goal=common_pb2.METRIC_GOAL_MAXIMIZE,
+                    max_iterations=2**62,
+                )
+            )
+        ),
+        "stop.max_iterations: required integer from 1 to",
+    ),
     "target-metric-unknown-goal": (
         _spec(
             stopping=common_pb2.StoppingCriterion(

@@ -443,10 +443,13 @@ def test_each_bad_deadline_entry_is_reported_with_its_index():
         ),
         (
             {"metric": "acc", "target": 0.9},
-            "stop.max_iterations: required positive integer, got None",
+            "stop.max_iterations: required integer from 1 to 1000000000000, got None",
         ),
-        ({"metric": "acc", "max_iterations": 5}, "stop.target: a number, got None"),
-        ({"metric": "acc", "target": True, "max_iterations": 5}, "stop.target: a number, got True"),
+        ({"metric": "acc", "max_iterations": 5}, "stop.target: a finite number, got None"),
+        (
+            {"metric": "acc", "target": True, "max_iterations": 5},
+            "stop.target: a finite number, got True",
+        ),
         (
             {"metric": 5, "target": 1, "max_iterations": 5},
             "stop.metric: a metric name such as accuracy, got 5",
@@ -457,7 +460,7 @@ def test_each_bad_deadline_entry_is_reported_with_its_index():
         ),
         (
             {"metric": "acc", "target": 1, "max_iterations": 2.5},
-            "stop.max_iterations: required positive integer, got 2.5",
+            "stop.max_iterations: required integer from 1 to 1000000000000, got 2.5",
         ),
     ],
 )
@@ -471,9 +474,9 @@ def test_every_problem_of_a_target_stop_is_reported():
     )
     assert problems == [
         "stop.metric: a metric name such as accuracy, got ''",
-        "stop.target: a number, got 'x'",
+        "stop.target: a finite number, got 'x'",
         "stop.goal: 'max' or 'min', got 'up'",
-        "stop.max_iterations: required positive integer, got 0",
+        "stop.max_iterations: required integer from 1 to 1000000000000, got 0",
     ]
 
 
@@ -523,7 +526,7 @@ def test_spec_error_lists_all_problems_in_field_order():
         "class: must be one of best-effort, strict-slo, soft-slo; got 'gold'",
         "deadlines[0].after: expected seconds or a duration like 30m, got '5 min'",
         "deadlines[1].reward: must be a finite non-negative number, got -1",
-        "stop.target: a number, got 'x'",
+        "stop.target: a finite number, got 'x'",
         "max_retries: must be between 0 and 100, got 101",
         "batch_size: must be between 0 and 10000000, got -1",
         "env: invalid variable name '1X'",
@@ -685,3 +688,64 @@ def test_stopping_to_dict():
         "goal": "max",
         "max_iterations": 9,
     }
+
+
+# --- issue 11: control characters, NaN, out-of-range integers -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"command": "python train.py\0"},
+            "command[1]: must not contain a NUL byte (at position 8)",
+        ),
+        (
+            {"command": ["python", "a\x07b"]},
+            "command[1]: must not contain a control character '\\x07'",
+        ),
+        ({"env": {"OPTS": "a\0b"}}, "env.OPTS: must not contain a NUL byte (at position 1)"),
+        ({"env": {"OPTS": "a\x1bb"}}, "env.OPTS: must not contain a control character '\\x1b'"),
+        ({"working_dir": "/data/\0x"}, "working_dir: must not contain a NUL byte (at position 6)"),
+        (
+            {"stop": {"metric": "acc\0", "target": 0.9, "max_iterations": 5}},
+            "stop.metric: must not contain a NUL byte (at position 3)",
+        ),
+        (
+            {"stop": {"metric": "acc", "target": float("nan"), "max_iterations": 5}},
+            "stop.target: a finite number, got nan",
+        ),
+        (
+            {"stop": {"metric": "acc", "target": float("inf"), "max_iterations": 5}},
+            "stop.target: a finite number, got inf",
+        ),
+        (
+            {"stop": {"metric": "acc", "target": 0.9, "max_iterations": 2**63}},
+            "stop.max_iterations: required integer from 1 to 1000000000000, "
+            "got 9223372036854775808",
+        ),
+    ],
+)
+def test_control_characters_nan_and_huge_integers_are_named(fields, message):
+    assert only_problem(doc(**fields)).startswith(message)
+
+
+def test_tabs_and_newlines_stay_allowed():
+    spec = parse_spec(doc(command=["python", "-c", "import os\n\tprint(1)"], env={"A": "x\ty"}))
+    assert spec.command[2] == "import os\n\tprint(1)"
+
+
+def test_the_cli_reports_a_nan_target_and_a_huge_max_iterations_without_a_traceback(
+    tmp_path, capsys
+):
+    from mlsched.cli import main
+
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "name: j\ncommand: python t.py\ngpus: 1\n"
+        "stop: {metric: accuracy, target: .nan, max_iterations: 99999999999999999999}\n"
+    )
+    assert main(["submit", "--controller", "127.0.0.1:1", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "stop.target: a finite number, got nan" in err
+    assert "stop.max_iterations: required integer from 1 to" in err
