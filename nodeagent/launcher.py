@@ -194,7 +194,8 @@ def spawn_task(
     """Start a task: new session, stdout and stderr appended to ``log_path`` after ``header``.
 
     The new session keeps the task out of the agent's process group, so signals meant for the
-    agent (and its exit) do not reach it. Raises OSError when the process cannot be started.
+    agent (and its exit) do not reach it. Raises OSError when the process cannot be started,
+    ValueError when Popen refuses the arguments (a NUL byte in the command or environment).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:

@@ -214,7 +214,7 @@ class TaskManager:
                 return
             try:
                 process = self._start(request, record)
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte (Popen refuses)
                 self._fail_launch(record, f"cannot start {request.command[0]!r}: {exc}")
                 return
             record.pid, record.create_time = process.pid, process.create_time

@@ -112,6 +112,33 @@ def test_launch_failures_are_reported_failed(
     assert len(events.statuses) == count + 1 and events.statuses[-1].state is TaskState.FAILED
 
 
+@pytest.mark.parametrize(
+    ("command", "env", "what"),
+    [
+        (("true", "a\0b"), {}, "embedded null byte"),
+        (("true",), {"OPTS": "a\0b"}, "embedded null byte"),
+        (("tr\0ue",), {}, "embedded null byte"),
+    ],
+    ids=["nul-in-argument", "nul-in-env", "nul-in-executable"],
+)
+def test_a_command_popen_refuses_fails_the_task_and_frees_its_gpu(
+    setup: tuple[TaskManager, Events, RecordingSpawn, AgentPaths],
+    command: tuple[str, ...],
+    env: dict[str, str],
+    what: str,
+) -> None:
+    """Issue 11 #5: Popen's ValueError (a NUL byte) left the task LAUNCHING holding its GPU."""
+    tasks, events, _, _ = setup
+    tasks.launch(LaunchRequest(TaskRef("j-nul", 0, 1), command, env=env, gpu_indices=(0,)))
+    assert [s.state for s in events.statuses] == [TaskState.LAUNCHING, TaskState.FAILED]
+    assert events.statuses[-1].message.startswith("cannot start")
+    assert what in events.statuses[-1].message
+    assert tasks.busy_gpus() == set()
+    assert tasks.running() == []
+    tasks.launch(LaunchRequest(TaskRef("j-next", 0, 1), ("true",), gpu_indices=(0,)))
+    assert events.statuses[-1].state is TaskState.RUNNING  # the node is not wedged
+
+
 def test_commands_for_unknown_tasks(
     setup: tuple[TaskManager, Events, RecordingSpawn, AgentPaths],
 ) -> None:
