@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from controller.commands import Command
 from controller.states import check_transition
 from controller.store import Store
 from mlsched.model import Event, Job, JobState, Node, Task, TaskState
+
+log = logging.getLogger(__name__)
 
 CommandSink = Callable[[str, Command], None]
 """Delivers a command to a node's agent (``dispatch.AgentSessions.send``)."""
@@ -65,6 +68,14 @@ class ControllerState:
         now = clock.now()
         for node in self.nodes.values():
             node.last_seen = now  # a restarted controller gives every agent a full timeout
+        with self.lock:
+            for row in loaded.quarantined:
+                message = (
+                    f"quarantined unreadable {row.source} row {row.key!r} ({row.error});"
+                    " the controller starts without it (kept in the store's quarantine table)"
+                )
+                log.error("%s", message)
+                self.emit("state_row_quarantined", message, row.job_id, row.node_id)
 
     # --- persistence -------------------------------------------------------------------
     def save_job(self, job: Job) -> None:

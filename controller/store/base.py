@@ -3,7 +3,9 @@
 - every ``save_*`` call is durable when it returns (or when the enclosing ``transaction()``
   block exits without an exception; an exception rolls the whole block back);
 - ``load()`` returns exactly what was last saved, so a controller killed at any point restarts
-  from a consistent state;
+  from a consistent state; a row that cannot be decoded (corruption, a bad manual edit) is
+  moved aside, never deleted, and listed in ``StoredState.quarantined`` instead of stopping
+  the start (with it go the tasks of a quarantined job);
 - event sequence numbers are assigned by the store, strictly increasing, never reused.
 """
 
@@ -17,11 +19,23 @@ from dataclasses import dataclass, field
 from mlsched.model import Event, Job, Node, Task
 
 
+@dataclass(frozen=True)
+class QuarantinedRow:
+    """A stored row ``load()`` could not decode and moved aside."""
+
+    source: str  # "jobs", "tasks" or "nodes"
+    key: str  # job id, "<job id>/<rank>" or node id
+    error: str
+    job_id: str = ""
+    node_id: str = ""
+
+
 @dataclass
 class StoredState:
     jobs: dict[str, Job] = field(default_factory=dict)
     tasks: dict[str, list[Task]] = field(default_factory=dict)  # job id → tasks by rank
     nodes: dict[str, Node] = field(default_factory=dict)
+    quarantined: list[QuarantinedRow] = field(default_factory=list)
 
 
 class Store(ABC):

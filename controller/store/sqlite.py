@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from controller.store import codec
-from controller.store.base import Store, StoredState
+from controller.store.base import QuarantinedRow, Store, StoredState
 from mlsched.model import Event, Job, Node, Task
 
 _SCHEMA = """
@@ -24,7 +24,13 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, kind TEXT NOT NULL,
     message TEXT NOT NULL, job_id TEXT NOT NULL, node_id TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, seq);
+CREATE TABLE IF NOT EXISTS quarantine (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, source TEXT NOT NULL, key TEXT NOT NULL,
+    data TEXT NOT NULL, error TEXT NOT NULL);
 """
+
+# What a row that does not decode raises (bad JSON, a missing key, a wrong type or enum value).
+_DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError)
 
 
 class SqliteStore(Store):
@@ -40,18 +46,57 @@ class SqliteStore(Store):
         self._conn.executescript(_SCHEMA)
 
     def load(self) -> StoredState:
+        """Everything that decodes. A row that does not is moved to the ``quarantine`` table
+        (with the tasks of a job whose row is bad) and described in ``quarantined``."""
         state = StoredState()
-        with self._lock:
-            for (data,) in self._conn.execute("SELECT data FROM jobs ORDER BY submit_time, id"):
-                job = codec.job_from_json(data)
-                state.jobs[job.id] = job
-            rows = self._conn.execute("SELECT job_id, data FROM tasks ORDER BY job_id, rank")
-            for job_id, data in rows:
-                state.tasks.setdefault(job_id, []).append(codec.task_from_json(data))
-            for (data,) in self._conn.execute("SELECT data FROM nodes ORDER BY id"):
-                node = codec.node_from_json(data)
-                state.nodes[node.id] = node
+        with self._lock, self.transaction():
+            for job_id, data in self._conn.execute(
+                "SELECT id, data FROM jobs ORDER BY submit_time, id"
+            ).fetchall():
+                try:
+                    state.jobs[job_id] = codec.job_from_json(data)
+                except _DECODE_ERRORS as exc:
+                    self._quarantine(state, "jobs", job_id, data, exc, job_id=job_id)
+            rows = self._conn.execute("SELECT job_id, rank, data FROM tasks ORDER BY job_id, rank")
+            for job_id, rank, data in rows.fetchall():
+                key = f"{job_id}/{rank}"
+                if any(q.source == "jobs" and q.key == job_id for q in state.quarantined):
+                    self._quarantine(state, "tasks", key, data, "its job is quarantined", job_id)
+                    continue
+                try:
+                    task = codec.task_from_json(data)
+                except _DECODE_ERRORS as exc:
+                    self._quarantine(state, "tasks", key, data, exc, job_id=job_id)
+                    continue
+                state.tasks.setdefault(job_id, []).append(task)
+            for node_id, data in self._conn.execute("SELECT id, data FROM nodes ORDER BY id"):
+                try:
+                    state.nodes[node_id] = codec.node_from_json(data)
+                except _DECODE_ERRORS as exc:
+                    self._quarantine(state, "nodes", node_id, data, exc, node_id=node_id)
         return state
+
+    def _quarantine(
+        self,
+        state: StoredState,
+        source: str,
+        key: str,
+        data: str,
+        error: object,
+        job_id: str = "",
+        node_id: str = "",
+    ) -> None:
+        reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        self._conn.execute(
+            "INSERT INTO quarantine (source, key, data, error) VALUES (?, ?, ?, ?)",
+            (source, key, data, reason),
+        )
+        if source == "tasks":
+            job, rank = key.rsplit("/", 1)
+            self._conn.execute("DELETE FROM tasks WHERE job_id = ? AND rank = ?", (job, int(rank)))
+        else:
+            self._conn.execute(f"DELETE FROM {source} WHERE id = ?", (key,))  # a fixed name
+        state.quarantined.append(QuarantinedRow(source, key, reason, job_id, node_id))
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 import pytest
 
@@ -10,6 +11,7 @@ from controller.cli import EXIT_STATE_DIR_IN_USE
 from controller.clock import ManualClock
 from controller.server import Controller, ControllerConfig
 from mlsched.cli import main
+from mlsched.model import IterationStop, JobSpec
 from mlsched.statelock import StateDirInUse
 
 
@@ -79,3 +81,32 @@ def test_the_refusal_is_a_clear_message_and_its_own_exit_code(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"another controller is using the state directory {tmp_path}" in err
     assert "refusing to start" in err
+
+
+def test_a_corrupt_row_is_quarantined_and_the_controller_starts_with_the_rest(tmp_path, caplog):
+    config = ControllerConfig(
+        listen="127.0.0.1:0", state_dir=tmp_path, join_token="t" * 32, policy="fifo"
+    )
+    first = Controller(config, clock=ManualClock(1_000.0))
+    first.start()
+    good = first.ops.submit("alice", make_spec("good"))
+    bad = first.ops.submit("alice", make_spec("bad"))
+    first.stop()
+    conn = sqlite3.connect(tmp_path / "controller.db")
+    conn.execute("UPDATE jobs SET data = '{\"truncated' WHERE id = ?", (bad.id,))
+    conn.commit()
+    conn.close()
+    with caplog.at_level(logging.ERROR, logger="controller.state"):
+        second = Controller(config, clock=ManualClock(2_000.0))  # before: JSONDecodeError
+    second.start()
+    try:
+        assert list(second.state.jobs) == [good.id]
+        assert f"quarantined unreadable jobs row {bad.id!r} (JSONDecodeError" in caplog.text
+        [event] = [e for e in second.store.events_after(0, "") if e.kind == "state_row_quarantined"]
+        assert event.job_id == bad.id and "the controller starts without it" in event.message
+    finally:
+        second.stop()
+
+
+def make_spec(name: str) -> JobSpec:
+    return JobSpec(name, ("python", "train.py"), 1, IterationStop(100))

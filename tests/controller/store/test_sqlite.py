@@ -438,3 +438,53 @@ def test_mlfs_spec_round_trips_and_old_rows_get_the_default(store):
     old = spec_to_dict(job.spec)
     del old["mlfs"]
     assert spec_from_dict(old).mlfs == MlfsSpec()
+
+
+# --- corrupt rows (issue 11 #7) --------------------------------------------------------------
+
+
+def _corrupt(path, sql: str, *args) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute(sql, args)
+    conn.commit()
+    conn.close()
+
+
+def test_unreadable_rows_are_quarantined_and_the_rest_loads(tmp_path):
+    path = tmp_path / "c.db"
+    store = SqliteStore(path)
+    for job_id, t in (("j-good", 1.0), ("j-bad", 2.0), ("j-badtask", 3.0)):
+        store.save_job(simple_job(job_id, t, JobState.RUNNING))
+        store.save_tasks(job_id, tasks_of(job_id))
+    store.save_node(node("n1"))
+    store.save_node(node("n2"))
+    store.close()
+    _corrupt(path, "UPDATE jobs SET data = '{not json' WHERE id = 'j-bad'")
+    _corrupt(path, "UPDATE tasks SET data = '{}' WHERE job_id = 'j-badtask' AND rank = 1")
+    _corrupt(path, "UPDATE nodes SET data = '[1, 2]' WHERE id = 'n2'")
+    store = SqliteStore(path)
+    try:
+        loaded = store.load()
+        assert list(loaded.jobs) == ["j-good", "j-badtask"]
+        assert loaded.tasks["j-good"] == tasks_of("j-good")
+        assert loaded.tasks["j-badtask"] == tasks_of("j-badtask")[:1]
+        assert list(loaded.nodes) == ["n1"]
+        rows = {(q.source, q.key): q for q in loaded.quarantined}
+        assert set(rows) == {
+            ("jobs", "j-bad"),
+            ("tasks", "j-bad/0"),
+            ("tasks", "j-bad/1"),
+            ("tasks", "j-badtask/1"),
+            ("nodes", "n2"),
+        }
+        assert rows[("jobs", "j-bad")].error.startswith("JSONDecodeError")
+        assert rows[("tasks", "j-bad/0")].error == "its job is quarantined"
+        assert rows[("nodes", "n2")].node_id == "n2"
+        # moved aside, not lost: the raw data is kept; a second load is clean
+        assert store.load().quarantined == []
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    kept = dict(conn.execute("SELECT key, data FROM quarantine").fetchall())
+    conn.close()
+    assert kept["j-bad"] == "{not json" and kept["n2"] == "[1, 2]"
