@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -60,6 +61,23 @@ def test_backends_agree_in_process_and_in_the_worker(worker, backend):
     assert set(there.run_now) == set(here.run_now) == {"a", "b"}
     assert there.objective == pytest.approx(180.2) == here.objective
     assert worker.failures == 0
+
+
+def test_scipy_sends_the_worker_matrices_and_reads_the_answer_back(worker, monkeypatch):
+    import controller.policy.unisched.milp_worker as worker_module
+
+    sent: list[object] = []
+    ask = worker._ask
+
+    def spy(request, solver, limit):
+        sent.append(request)
+        return ask(request, solver, limit)
+
+    monkeypatch.setattr(worker, "_ask", spy)
+    first = worker.solve(replace(PROBLEM, first_feasible=True), "scipy")
+    assert first is not None and first.objective <= 180.2 + 1e-9
+    assert [type(r) for r in sent] == [worker_module.Matrices]
+    assert sent[0].first_feasible  # type: ignore[attr-defined]
 
 
 def test_a_worker_that_dies_mid_request_costs_that_call_only(worker, caplog):
