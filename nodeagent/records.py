@@ -104,9 +104,22 @@ class TaskRecord:
         return record
 
 
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries (a rename, a new file or subdirectory) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
-    """Write a file through a temporary file and rename, so readers never see a partial one."""
+    """Write a file through a temporary file and rename, so readers never see a partial one;
+    durable when this returns (the file, the rename and a new parent directory are fsynced)."""
+    new_parent = not path.parent.is_dir()
     path.parent.mkdir(parents=True, exist_ok=True)
+    if new_parent:
+        fsync_dir(path.parent.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -119,6 +132,7 @@ def write_atomic(path: Path, text: str, mode: int = 0o600) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    fsync_dir(path.parent)
 
 
 class RecordStore:

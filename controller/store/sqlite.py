@@ -41,7 +41,10 @@ class SqliteStore(Store):
         self._depth = 0
         self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes
+        # FULL: a commit is on disk when it returns, across power loss too (the Store contract);
+        # NORMAL in WAL mode survives only process crashes. Measured on this ext4 disk: ~4 ms a
+        # commit against ~0.02 ms (one fsync of the WAL per commit).
+        self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.execute("PRAGMA busy_timeout=5000")
         self._conn.executescript(_SCHEMA)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -78,6 +79,37 @@ def test_round_trip_and_delete(paths: AgentPaths) -> None:
     store.delete(original.ref)
     assert store.load_all() == []
     assert not path.parent.exists()
+
+
+def test_a_saved_record_is_durable_rename_and_new_directory_fsynced(
+    paths: AgentPaths, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 11 #8: the rename (and a new job directory) must reach the disk, not only the
+    file's data."""
+    synced: list[tuple[int, int]] = []  # (device, inode) of every fsynced directory
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            synced.append((st.st_dev, st.st_ino))
+        real_fsync(fd)
+
+    paths.tasks_dir.mkdir(parents=True)
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    store = RecordStore(paths)
+    rec = record("j-durable")
+    store.save(rec)
+    job_dir = paths.record_file(rec.ref).parent
+
+    def key(p: Path) -> tuple[int, int]:
+        return (p.stat().st_dev, p.stat().st_ino)
+
+    assert key(job_dir) in synced  # the rename
+    assert key(paths.tasks_dir) in synced  # the new job directory
+    synced.clear()
+    store.save(record("j-durable", state="RUNNING"))
+    assert synced == [key(job_dir)]
 
 
 def test_unreadable_records_are_set_aside(paths: AgentPaths) -> None:

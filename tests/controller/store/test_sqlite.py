@@ -488,3 +488,14 @@ def test_unreadable_rows_are_quarantined_and_the_rest_loads(tmp_path):
     kept = dict(conn.execute("SELECT key, data FROM quarantine").fetchall())
     conn.close()
     assert kept["j-bad"] == "{not json" and kept["n2"] == "[1, 2]"
+
+
+def test_commits_are_durable_across_power_loss_synchronous_full(tmp_path):
+    """Issue 11 #8: WAL with synchronous=NORMAL may lose acknowledged commits on power loss."""
+    store = SqliteStore(tmp_path / "d.db")
+    try:
+        [(journal,)] = store._conn.execute("PRAGMA journal_mode").fetchall()
+        [(synchronous,)] = store._conn.execute("PRAGMA synchronous").fetchall()
+    finally:
+        store.close()
+    assert (journal, synchronous) == ("wal", 2)  # 2 = FULL
