@@ -17,6 +17,7 @@ Example::
       stop_option: opt-stop       # iterations (default) | opt-stop | required-accuracy
       system_may_switch: true     # under overload MLF-C may switch to a cheaper option
       required_accuracy: 0.8      # needed by required-accuracy
+    elastic: {min_gpus: 1, max_gpus: 4, batch: fixed-per-gpu}   # optional (mlsched.spec_elastic)
 
 MLFS choices (§3.1, §3.5): urgency is a number in [1, 10], the range §4.1 draws from (the paper
 allows [0, m], but an urgency of 0 zeroes Eq. 2's ML priority). ``partitions`` has one entry per
@@ -39,6 +40,7 @@ import yaml
 
 from mlsched.model import (
     Deadline,
+    ElasticSpec,
     IterationStop,
     JobClass,
     JobSpec,
@@ -48,6 +50,7 @@ from mlsched.model import (
     StoppingCriterion,
     TargetMetricStop,
 )
+from mlsched.spec_elastic import elastic_to_dict, parse_elastic
 
 MAX_GPUS = 1024
 MAX_ITERATIONS = 10**12
@@ -65,6 +68,7 @@ _TOP_FIELDS = {
     "max_retries",
     "batch_size",
     "mlfs",
+    "elastic",
 }
 _MLFS_FIELDS = (
     "urgency",
@@ -130,6 +134,8 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
     working_dir = _working_dir(data.get("working_dir"), base_dir, problems)
     processes = gpus // per_process if gpus and per_process and not gpus % per_process else 0
     mlfs = _mlfs(data.get("mlfs"), processes, stopping, problems)
+    fine = gpus if processes else 0
+    elastic = parse_elastic(data.get("elastic"), fine, per_process, batch_size, problems)
     if problems:
         raise SpecError(problems)
     assert stopping is not None and job_class is not None
@@ -146,6 +152,7 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
         max_retries=max_retries,
         batch_size=batch_size,
         mlfs=mlfs,
+        elastic=elastic,
     )
 
 
@@ -169,6 +176,8 @@ def validate_spec(spec: JobSpec) -> None:
         document["working_dir"] = spec.working_dir
     if spec.mlfs != MlfsSpec():
         document["mlfs"] = mlfs_to_dict(spec.mlfs)
+    if spec.elastic != ElasticSpec():
+        document["elastic"] = elastic_to_dict(spec.elastic)
     parse_spec(document)
 
 

@@ -119,6 +119,42 @@ class MlfsSpec:
     required_accuracy: float | None = None  # a^r_J, for option (iii) and the metrics
 
 
+class BatchRule(enum.Enum):
+    """How an elastic job's batch size follows its GPU count (issue 14)."""
+
+    FIXED_GLOBAL = "fixed-global"  # the global batch stays; each GPU gets global / gpus
+    FIXED_PER_GPU = "fixed-per-gpu"  # each GPU keeps batch_size / gpus; the global batch scales
+    SCHEDULER = "scheduler"  # the scheduler picks the global batch, up to max_batch_size
+
+
+@dataclass(frozen=True)
+class ElasticSpec:
+    """How far a job stretches: between ``min_gpus`` and ``max_gpus`` (its ``gpus`` is where it
+    starts). ``min_gpus == 0`` means a rigid job. ``linear_lr``: the script scales its learning
+    rate by the global batch over ``JobSpec.batch_size`` (Goyal et al.'s linear scaling rule)."""
+
+    min_gpus: int = 0
+    max_gpus: int = 0
+    batch: BatchRule = BatchRule.FIXED_GLOBAL
+    max_batch_size: int = 0  # SCHEDULER only: the largest global batch it may pick
+    linear_lr: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.min_gpus > 0
+
+    def batch_size(self, base: int, base_gpus: int, gpus: int) -> int:
+        """The global batch on ``gpus`` GPUs when ``base`` is the batch on ``base_gpus``
+        (a SCHEDULER job's batch is what the scheduler chose; this gives its starting one)."""
+        if self.batch is BatchRule.FIXED_PER_GPU and base_gpus > 0:
+            return base // base_gpus * gpus
+        return base
+
+    def lr_scale(self, base: int, batch: int) -> float:
+        """Learning-rate factor for a global batch of ``batch`` against the spec's ``base``."""
+        return batch / base if self.linear_lr and base > 0 else 1.0
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A validated job specification (see ``mlsched.jobspec`` for the YAML form)."""
@@ -135,6 +171,7 @@ class JobSpec:
     max_retries: int = 0
     batch_size: int = 0
     mlfs: MlfsSpec = MlfsSpec()
+    elastic: ElasticSpec = ElasticSpec()
 
     @property
     def num_tasks(self) -> int:

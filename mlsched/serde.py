@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from mlsched.model import (
+    BatchRule,
     Deadline,
+    ElasticSpec,
     Event,
     GpuInfo,
     GpuMetrics,
@@ -46,6 +48,11 @@ _STOP_OPTION = {
 
 class WireError(ValueError):
     """A message from the wire cannot be turned into a domain object."""
+_BATCH_RULE = {
+    BatchRule.FIXED_GLOBAL: pb.BATCH_RULE_FIXED_GLOBAL,
+    BatchRule.FIXED_PER_GPU: pb.BATCH_RULE_FIXED_PER_GPU,
+    BatchRule.SCHEDULER: pb.BATCH_RULE_SCHEDULER,
+}
 
 
 def _reverse(mapping: dict) -> dict:
@@ -134,8 +141,28 @@ def mlfs_from_proto(msg: pb.MlfsSpec) -> MlfsSpec:
     )
 
 
+def elastic_to_proto(elastic: ElasticSpec) -> pb.ElasticSpec:
+    return pb.ElasticSpec(
+        min_gpus=elastic.min_gpus,
+        max_gpus=elastic.max_gpus,
+        batch=_BATCH_RULE[elastic.batch],
+        max_batch_size=elastic.max_batch_size,
+        linear_lr=elastic.linear_lr,
+    )
+
+
+def elastic_from_proto(msg: pb.ElasticSpec) -> ElasticSpec:
+    """An unspecified batch rule is FIXED_GLOBAL (a rigid job's spec has no elastic at all)."""
+    if msg.batch == pb.BATCH_RULE_UNSPECIFIED:
+        rule = BatchRule.FIXED_GLOBAL
+    elif (rule := _reverse(_BATCH_RULE).get(msg.batch)) is None:
+        raise WireError(f"elastic.batch: unknown value {msg.batch}")
+    return ElasticSpec(msg.min_gpus, msg.max_gpus, rule, msg.max_batch_size, msg.linear_lr)
+
+
 def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
     mlfs = None if spec.mlfs == MlfsSpec() else mlfs_to_proto(spec.mlfs)
+    elastic = None if spec.elastic == ElasticSpec() else elastic_to_proto(spec.elastic)
     return pb.JobSpec(
         name=spec.name,
         command=list(spec.command),
@@ -152,6 +179,7 @@ def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
         max_retries=spec.max_retries,
         batch_size=spec.batch_size,
         mlfs=mlfs,
+        elastic=elastic,
     )
 
 
@@ -174,6 +202,7 @@ def spec_from_proto(msg: pb.JobSpec) -> JobSpec:
         max_retries=msg.max_retries,
         batch_size=msg.batch_size,
         mlfs=mlfs_from_proto(msg.mlfs) if msg.HasField("mlfs") else MlfsSpec(),
+        elastic=elastic_from_proto(msg.elastic) if msg.HasField("elastic") else ElasticSpec(),
     )
 
 

@@ -8,7 +8,9 @@ from typing import Any
 
 from mlsched.jobspec import mlfs_to_dict
 from mlsched.model import (
+    BatchRule,
     Deadline,
+    ElasticSpec,
     GpuInfo,
     IterationStop,
     Job,
@@ -28,6 +30,7 @@ from mlsched.model import (
     Task,
     TaskState,
 )
+from mlsched.spec_elastic import elastic_to_dict
 
 
 def _stopping_to_dict(stopping: StoppingCriterion) -> dict[str, Any]:
@@ -62,6 +65,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "max_retries": spec.max_retries,
         "batch_size": spec.batch_size,
         "mlfs": mlfs_to_dict(spec.mlfs),
+        "elastic": elastic_to_dict(spec.elastic),
     }
 
 
@@ -79,6 +83,19 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         max_retries=d["max_retries"],
         batch_size=d["batch_size"],
         mlfs=_mlfs_from_dict(d.get("mlfs")),  # absent in rows written before MLFS
+        elastic=_elastic_from_dict(d.get("elastic")),  # absent in rows written before issue 14
+    )
+
+
+def _elastic_from_dict(d: dict[str, Any] | None) -> ElasticSpec:
+    if d is None:
+        return ElasticSpec()
+    return ElasticSpec(
+        min_gpus=d["min_gpus"],
+        max_gpus=d["max_gpus"],
+        batch=BatchRule(d["batch"]),
+        max_batch_size=d.get("max_batch_size", 0),
+        linear_lr=d["lr_scaling"] == "linear",
     )
 
 

@@ -45,6 +45,13 @@ class MetricGoal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     METRIC_GOAL_MAXIMIZE: _ClassVar[MetricGoal]
     METRIC_GOAL_MINIMIZE: _ClassVar[MetricGoal]
 
+class BatchRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BATCH_RULE_UNSPECIFIED: _ClassVar[BatchRule]
+    BATCH_RULE_FIXED_GLOBAL: _ClassVar[BatchRule]
+    BATCH_RULE_FIXED_PER_GPU: _ClassVar[BatchRule]
+    BATCH_RULE_SCHEDULER: _ClassVar[BatchRule]
+
 class StopOption(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STOP_OPTION_UNSPECIFIED: _ClassVar[StopOption]
@@ -77,6 +84,10 @@ JOB_CLASS_SOFT_SLO: JobClass
 METRIC_GOAL_UNSPECIFIED: MetricGoal
 METRIC_GOAL_MAXIMIZE: MetricGoal
 METRIC_GOAL_MINIMIZE: MetricGoal
+BATCH_RULE_UNSPECIFIED: BatchRule
+BATCH_RULE_FIXED_GLOBAL: BatchRule
+BATCH_RULE_FIXED_PER_GPU: BatchRule
+BATCH_RULE_SCHEDULER: BatchRule
 STOP_OPTION_UNSPECIFIED: StopOption
 STOP_OPTION_ITERATIONS: StopOption
 STOP_OPTION_OPT_STOP: StopOption
@@ -117,7 +128,7 @@ class StoppingCriterion(_message.Message):
     def __init__(self, iterations: _Optional[_Union[IterationCriterion, _Mapping]] = ..., target_metric: _Optional[_Union[TargetMetricCriterion, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size", "mlfs")
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size", "mlfs", "elastic")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +148,7 @@ class JobSpec(_message.Message):
     MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     MLFS_FIELD_NUMBER: _ClassVar[int]
+    ELASTIC_FIELD_NUMBER: _ClassVar[int]
     name: str
     command: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
@@ -149,7 +161,22 @@ class JobSpec(_message.Message):
     max_retries: int
     batch_size: int
     mlfs: MlfsSpec
-    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ..., mlfs: _Optional[_Union[MlfsSpec, _Mapping]] = ...) -> None: ...
+    elastic: ElasticSpec
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ..., mlfs: _Optional[_Union[MlfsSpec, _Mapping]] = ..., elastic: _Optional[_Union[ElasticSpec, _Mapping]] = ...) -> None: ...
+
+class ElasticSpec(_message.Message):
+    __slots__ = ("min_gpus", "max_gpus", "batch", "max_batch_size", "linear_lr")
+    MIN_GPUS_FIELD_NUMBER: _ClassVar[int]
+    MAX_GPUS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LINEAR_LR_FIELD_NUMBER: _ClassVar[int]
+    min_gpus: int
+    max_gpus: int
+    batch: BatchRule
+    max_batch_size: int
+    linear_lr: bool
+    def __init__(self, min_gpus: _Optional[int] = ..., max_gpus: _Optional[int] = ..., batch: _Optional[_Union[BatchRule, str]] = ..., max_batch_size: _Optional[int] = ..., linear_lr: _Optional[bool] = ...) -> None: ...
 
 class PartitionDependency(_message.Message):
     __slots__ = ("parent", "child")
