@@ -112,6 +112,12 @@ class Scheduler:
         for item in decision.migrate:
             if item.job_id not in handled and self._migrate(item):
                 handled.add(item.job_id)
+        for item in decision.resize:  # issue 14: the simulator carries these out, not yet live
+            log.warning(
+                "resize of %s to %d GPUs refused: the live controller does not resize jobs yet",
+                item.job_id,
+                sum(len(p.gpu_indices) for p in item.placement),
+            )
         for item in decision.renew:
             job = state.job(item.job_id)
             if job is not None and job.state.active and job.id not in handled:

@@ -203,6 +203,20 @@ class Stop:
 
 
 @dataclass(frozen=True)
+class Resize:
+    """Change the GPUs of an active elastic job (issue 14): ``placement`` holds between
+    ``spec.elastic.min_gpus`` and ``max_gpus`` GPUs (it may keep some of the job's own);
+    ``batch_size`` is the new global batch (0: as the job's batch rule says). Carried out as a
+    checkpoint and a resume on the new placement, with a fresh lease of ``lease_s``."""
+
+    job_id: str
+    placement: tuple[TaskPlacement, ...]
+    lease_s: float
+    batch_size: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Decision:
     """A cycle's orders. ``estimates`` (optional) are the policy's predictions per job id, kept
     on the job for ``mlsched describe``; they change nothing by themselves."""
@@ -213,6 +227,7 @@ class Decision:
     estimates: Mapping[str, JobEstimate] = field(default_factory=dict)
     migrate: tuple[Migrate, ...] = ()
     stop: tuple[Stop, ...] = ()
+    resize: tuple[Resize, ...] = ()
 
 
 class Policy(Protocol):
