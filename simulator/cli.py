@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.policy import available_policies, make_policy
+from simulator.elastic import LOADERS, ElasticJobModel, data_folder
 from simulator.engine import PRESETS, ClusterShape, SimConfig, Simulation
 from simulator.jobmodel import TraceJobModel, UnknownModel
 from simulator.metrics import compute_metrics
@@ -94,8 +95,10 @@ def add_cell_options(
 
     option(
         "--format",
-        choices=("philly", "csv"),
-        help="philly: the Chronus Philly-derived format; csv: generic [%(default)s]",
+        choices=("philly", "csv", "ones", "pollux"),
+        help="philly: the Chronus Philly-derived format; csv: generic; ones: the ONES trace; "
+        "pollux: a Pollux workload (both elastic, with the measured tables of the data folder "
+        "above them) [%(default)s]",
     )
     option(
         "--columns",
@@ -188,6 +191,8 @@ def load_workload(args: argparse.Namespace, model: TraceJobModel | None = None) 
     the MLFS required accuracy is drawn from (none without it)."""
     if args.format == "philly":
         jobs = load_philly(args.trace, zero_gpu=args.zero_gpu)
+    elif args.format in LOADERS:
+        jobs = LOADERS[args.format](args.trace, data_folder(args.trace))
     else:
         if not args.columns:
             raise ValueError(
@@ -233,6 +238,9 @@ def model_info_path(args: argparse.Namespace) -> Path | None:
 def job_model(args: argparse.Namespace) -> TraceJobModel:
     """The job model with the table :func:`model_info_path` picks; its ``speed_model`` says
     which speed model that is."""
+    if args.format in LOADERS:
+        tables = data_folder(args.trace) / "pollux" / "traces"
+        return ElasticJobModel(source=str(tables), seed=args.seed)
     path = model_info_path(args)
     if path is None:
         return TraceJobModel(seed=args.seed)

@@ -45,6 +45,8 @@ from controller.policy.base import (
 )
 from controller.policy.mlfs.jobs import task_graph
 from mlsched.model import (
+    BatchRule,
+    ElasticSpec,
     IterationStop,
     JobSpec,
     JobState,
@@ -110,6 +112,7 @@ class _Job:
         "fields",
         "gpus",
         "grid",
+        "grid_values",
         "history",
         "iteration_scale",
         "losses_at",
@@ -157,8 +160,17 @@ class _Job:
                     points.append((iteration / budget * full, iteration))
                     last = iteration
             self.grid = tuple(points)
-        self.passed = 0  # grid points passed
+        self.grid_values: tuple[float, ...] = ()
         self.history: list[tuple[int, float]] = []
+        elastic = ElasticSpec()
+        if trace.elastic is not None:  # its measured loss curve, reported point by point
+            profile = trace.elastic
+            points = [(f * work, round(f * budget), v) for f, v in profile.loss if f > 0]
+            self.grid = tuple((w, k) for w, k, _ in points)
+            self.grid_values = tuple(v for _, _, v in points)
+            self.history = [(0, profile.loss[0][1])]
+            elastic = ElasticSpec(profile.min_gpus, profile.max_gpus, BatchRule.FIXED_GLOBAL)
+        self.passed = 0  # grid points passed
         self.next_point = self.grid[0][0] if self.grid else math.inf
         self.spec = spec = JobSpec(
             name=trace.id,
@@ -168,6 +180,7 @@ class _Job:
             job_class=trace.job_class,
             deadlines=trace.deadlines,
             mlfs=trace.mlfs or MlfsSpec(),
+            elastic=elastic,
         )
         self.record = JobRecord(job=trace)
         self.fields: dict[str, object] = {
@@ -189,7 +202,7 @@ class _Job:
             "estimated_remaining_s": work,
             "model": trace.model,
             "speed_samples": (),
-            "metric_history": (),
+            "metric_history": tuple(self.history),
             "sr_overhead_s": None,
             "losses": (),
             "migration_requested": False,
@@ -227,6 +240,12 @@ class _Job:
     def iteration_at(self, remaining: float) -> int:
         """Whole iterations done when ``remaining`` work seconds are left."""
         return int((self.work - remaining) * self.iteration_scale + _ITERATION_EPS)
+
+
+def _most_gpus(job: _Job) -> int:
+    """The most GPUs a job may hold: its request, or an elastic job's maximum."""
+    elastic = job.trace.elastic
+    return job.trace.gpus if elastic is None else max(elastic.max_gpus, job.trace.gpus)
 
 
 class Simulation:
@@ -485,7 +504,10 @@ class Simulation:
         grid, passed, history = job.grid, job.passed, job.history
         while passed < len(grid) and grid[passed][0] <= done:
             at, iteration = grid[passed]
-            value = self._model.metric_at(job.trace, at / job.work if job.work > 0 else 1.0)
+            if job.grid_values:
+                value = job.grid_values[passed]
+            else:
+                value = self._model.metric_at(job.trace, at / job.work if job.work > 0 else 1.0)
             if value is not None:
                 history.append((iteration, value))
             passed += 1
@@ -493,7 +515,8 @@ class Simulation:
         job.next_point = grid[passed][0] if passed < len(grid) else math.inf
         if history:
             job.fields["metric_history"] = tuple(history)
-            job.fields["metrics"] = MappingProxyType({"accuracy": history[-1][1]})
+            name = "loss" if job.grid_values else "accuracy"
+            job.fields["metrics"] = MappingProxyType({name: history[-1][1]})
 
     def _apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
         handled: set[str] = set()
@@ -515,6 +538,20 @@ class Simulation:
                 handled.add(item.job_id)
             else:
                 self._result.refused_migrations += 1
+        for item in decision.resize:
+            job = self._active.get(item.job_id)
+            gpus = 0
+            if job is not None and job.trace.elastic is not None and item.job_id not in handled:
+                gpus = self._fits(item.placement, job)
+                gpus = gpus if gpus >= job.trace.elastic.min_gpus else 0
+            if job is not None and gpus:
+                if item.placement == job.placement:  # nothing to move: a renewal
+                    job.fields["lease_expires_at"] = self._now + item.lease_s
+                else:
+                    self._migrate(job, item.placement, item.lease_s, gpus, resize=True)
+                handled.add(item.job_id)
+            else:
+                self._result.refused_resizes += 1
         for item in decision.renew:
             job = self._active.get(item.job_id)
             if job is not None and item.job_id not in handled:
@@ -550,7 +587,7 @@ class Simulation:
                     return 0
                 taken.add(key)
             count += len(p.gpu_indices)
-        return count if count <= job.trace.gpus else 0
+        return count if count <= _most_gpus(job) else 0
 
     # --- job transitions ---------------------------------------------------------------------
     def _launch(
@@ -588,6 +625,8 @@ class Simulation:
         job.base_speed = job.speed = max(self._model.speed(job.trace, gpus, nodes), _EPS)
         job.attempt_start = now
         job.progress_from = now + overhead
+        self._mark(job, now, job.work - job.remaining)
+        self._mark(job, job.progress_from, job.work - job.remaining)
         fields["state"] = JobState.RUNNING
         fields["attempt"] = job.attempt
         fields["placement"] = placement
@@ -647,6 +686,7 @@ class Simulation:
             self._observe(job)
         self._settle(job)
         job.remaining = 0.0
+        self._mark(job, self._now, job.work)
         self._end(job, self._model.metric_at(job.trace, 1.0))
 
     def _stop(self, job: _Job) -> None:
@@ -674,10 +714,16 @@ class Simulation:
             self._progress(self._done, len(self._jobs))
 
     def _migrate(
-        self, job: _Job, placement: tuple[TaskPlacement, ...], lease_s: float, gpus: int
+        self,
+        job: _Job,
+        placement: tuple[TaskPlacement, ...],
+        lease_s: float,
+        gpus: int,
+        resize: bool = False,
     ) -> None:
-        """Move a running job (MLFS §3.3.3): checkpoint, release its GPUs, resume on
-        ``placement`` at once; progress pauses for the suspend and resume overheads."""
+        """Move a running job (MLFS §3.3.3), or resize an elastic one (issue 14): checkpoint,
+        release its GPUs, resume on ``placement`` at once; progress pauses for the suspend and
+        resume overheads."""
         now = self._now
         if job.unobserved and now > job.progress_from:
             self._observe(job)
@@ -692,7 +738,10 @@ class Simulation:
         self._set_busy(self._busy + gpus)
         nodes = len({p.node_id for p in placement})
         record = job.record
-        record.migrations += 1
+        if resize:
+            record.resizes += 1
+        else:
+            record.migrations += 1
         record.nodes_used = max(record.nodes_used, nodes)
         overhead = self._model.suspend_s(job.trace, old_gpus) + self._model.resume_s(
             job.trace, gpus
@@ -708,6 +757,7 @@ class Simulation:
         job.base_speed = job.speed = max(self._model.speed(job.trace, gpus, nodes), _EPS)
         job.attempt_start = now
         job.progress_from = now + overhead
+        self._mark(job, job.progress_from, job.work - job.remaining)
         fields = job.fields
         fields["sr_overhead_s"] = job.sr_total / job.sr_count
         fields["attempt"] = job.attempt
@@ -733,6 +783,12 @@ class Simulation:
             job.record.bandwidth_gb += iterations * job.cross_mb / 1000.0
         job.remaining = remaining
         job.progress_from = max(job.progress_from, self._now)
+        self._mark(job, self._now, job.work - remaining)
+
+    def _mark(self, job: _Job, t: float, done: float) -> None:
+        """Note progress for the loss metrics (only elastic jobs have a loss curve)."""
+        if job.trace.elastic is not None:
+            job.record.progress.append((t, done))
 
     def _note_deadline(self, job: _Job) -> None:
         """Record the accuracy reached by the job's earliest deadline once that has passed;
@@ -860,7 +916,7 @@ class Simulation:
         held: set[tuple[str, int]] = set()
         for job in (*self._active.values(), *self._releasing.values()):
             count = sum(len(p.gpu_indices) for p in job.placement)
-            if not 1 <= count == job.gpus <= job.trace.gpus:
+            if not 1 <= count == job.gpus <= _most_gpus(job):
                 raise InvariantViolation(f"{job.trace.id} holds {count} GPUs, counted {job.gpus}")
             for p in job.placement:
                 for gpu in p.gpu_indices:

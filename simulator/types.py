@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -42,6 +43,31 @@ class ResourceDemand:
 
 
 @dataclass(frozen=True)
+class ElasticProfile:
+    """An elastic job's measured behaviour (issue 14; ``simulator/elastic.py`` builds it).
+
+    ``speedup[g - 1]``: training speed on ``g`` GPUs (packed onto as few nodes as possible) over
+    the speed on the job's requested ``gpus``, at its fixed global batch; ``loss``: (fraction of
+    the job's work done, loss) points of a measured curve, fractions increasing from 0 to 1."""
+
+    min_gpus: int
+    max_gpus: int
+    speedup: tuple[float, ...]
+    loss: tuple[tuple[float, float], ...]
+    source: str = ""  # where the tables came from, for reports
+
+    def loss_at(self, fraction: float) -> float:
+        """The loss after ``fraction`` of the work (linear between measured points)."""
+        points = self.loss
+        if fraction <= points[0][0]:
+            return points[0][1]
+        for (x0, y0), (x1, y1) in itertools.pairwise(points):
+            if fraction <= x1:
+                return y0 + (y1 - y0) * (fraction - x0) / (x1 - x0) if x1 > x0 else y1
+        return points[-1][1]
+
+
+@dataclass(frozen=True)
 class TraceJob:
     """One job of a trace. Times in seconds; ``submit_s`` from the trace's origin."""
 
@@ -57,6 +83,7 @@ class TraceJob:
     performance_based: bool = False  # stops at a target metric rather than an iteration budget
     mlfs: MlfsSpec | None = None  # MLFS features (None: none, the job spec's defaults)
     demand: ResourceDemand | None = None  # per-task load (None: not modelled, no overload)
+    elastic: ElasticProfile | None = None  # resizable, with measured speed and loss (issue 14)
 
 
 class JobModel(Protocol):
@@ -107,6 +134,9 @@ class JobRecord:
     stopped: bool = False  # ended by a Stop order (MLF-C) rather than its stopping criterion
     migrations: int = 0
     bandwidth_gb: float = 0.0  # sent between servers (MLFS Eq. 1's B_{n_i, n_j})
+    resizes: int = 0  # Decision.resize orders carried out
+    # (time, work seconds done) whenever progress changed course; linear in between
+    progress: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def jct_s(self) -> float | None:
@@ -129,3 +159,4 @@ class SimResult:
     wall_s: float = 0.0
     refused_launches: int = 0  # launches ignored: job not queued, or placement not allowed
     refused_migrations: int = 0  # migrations ignored: job not active, or placement not allowed
+    refused_resizes: int = 0  # resizes ignored: job not active or not elastic, bad placement
