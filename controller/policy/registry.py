@@ -13,9 +13,11 @@ from collections.abc import Callable
 from controller.policy.base import Policy
 from controller.policy.chronus import ChronusPolicy
 from controller.policy.edf import EdfPolicy
+from controller.policy.fair import FairPolicy
 from controller.policy.fifo import FifoPolicy
 from controller.policy.mlfs.policy import MlfhPolicy
 from controller.policy.overload import AnswersOverloadRequests
+from controller.policy.slaq import SlaqPolicy
 from controller.policy.srtf import SrtfPolicy
 from controller.policy.themis import ThemisPolicy
 from controller.policy.tiresias import TiresiasPolicy
@@ -48,6 +50,14 @@ class _Themis(AnswersOverloadRequests, ThemisPolicy):
     pass
 
 
+class _Slaq(AnswersOverloadRequests, SlaqPolicy):
+    pass
+
+
+class _Fair(AnswersOverloadRequests, FairPolicy):
+    pass
+
+
 class _UniSched(AnswersOverloadRequests, UniSchedPolicy):
     """Until UniSched plans requests itself (``docs/policies.md``, *Overload requests*)."""
 
@@ -61,6 +71,10 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "chronus": _Chronus,  # Gao et al., SoCC 2021 (docs/chronus.md)
     "themis": _Themis,
     "unisched": _UniSched,
+    # SLAQ (Zhang et al., SoCC 2017; docs/slaq.md) on elastic jobs, and its comparator
+    "slaq": lambda: _Slaq(maxmin=False),
+    "slaq-maxmin": lambda: _Slaq(maxmin=True),
+    "fair": _Fair,
     "mlf-h": MlfhPolicy,  # MLFS §3.3, without MLF-C
     # MLF-RL (MLFS §3.4) with the shipped model; MLFS = MLF-RL with MLF-C (§3.5)
     "mlf-rl": lambda: _mlf_rl(load_control=False, name="mlf-rl"),

@@ -1,0 +1,131 @@
+"""SLAQ: quality-driven allocation (Zhang et al., SoCC 2017), on GPUs of elastic jobs.
+
+Every scheduling epoch (a lease, ``snapshot.default_lease_s``) SLAQ predicts, for each job and
+allocation ``a``, the normalised loss reduction over the next epoch: the iterations ``a`` GPUs
+make in it (§4.2.1, :func:`~controller.policy.slaq_predict.iteration_time`), the loss the
+fitted curve gives after them (§4.2.2) and the change over the largest change per iteration
+seen so far (§4.1). Algorithm 1 (§4.3): every job starts with one unit (its ``min_gpus``), then
+units go one at a time to the job whose next unit adds the most weighted predicted reduction.
+``slaq-maxmin`` (§4.3, "Maximizing the minimum quality") gives each unit to the job whose
+predicted normalised loss after the epoch is the highest. Weights multiply a job's loss
+reduction (§4.3, "Prioritize jobs"). A job without a prediction yet (too little history or no
+measured iteration time) counts as unconverged (normalised loss 1, §6.1) and gets units up to
+its request first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping
+
+from controller.policy.base import ClusterSnapshot, Decision, JobView
+from controller.policy.slaq_predict import (
+    LossCurve,
+    fit_loss,
+    iteration_time,
+    largest_change,
+    strawman,
+)
+from controller.policy.slaq_resize import bounds, held, movable, plan
+
+
+class SlaqPolicy:
+    needs_job_truth = False
+
+    def __init__(
+        self,
+        maxmin: bool = False,
+        weights: Mapping[str, float] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.maxmin = maxmin
+        self.weights = dict(weights or {})  # by job id, else by user; default 1
+        self.name = name or ("slaq-maxmin" if maxmin else "slaq")
+        self._fits: dict[str, tuple[tuple[int, float], LossCurve | None]] = {}
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        expired, capacity = movable(snapshot)
+        order = expired + list(snapshot.queued)
+        epoch = snapshot.default_lease_s
+        targets = self.allocate(order, capacity, epoch)
+        at_boundary = {j.id for j in expired}
+        for job in snapshot.active:
+            if job.id not in at_boundary:
+                targets[job.id] = held(job)
+        live = {j.id for j in (*snapshot.active, *snapshot.queued)}
+        self._fits = {k: v for k, v in self._fits.items() if k in live}
+        return plan(snapshot, targets, order, self.name)
+
+    # --- Algorithm 1 ------------------------------------------------------------------------
+    def allocate(self, jobs: list[JobView], capacity: int, epoch: float) -> dict[str, int]:
+        """Units per job: one unit (``min_gpus``) each in order while they last (lines 6-10),
+        then one at a time by priority (lines 11-16)."""
+        alloc: dict[str, int] = {}
+        for job in jobs:
+            low = bounds(job)[0]
+            if job.state.active or low <= capacity:  # holds its GPUs already: capacity counted them
+                alloc[job.id] = low
+                capacity -= low
+        views = {j.id: j for j in jobs if j.id in alloc}
+        heap = [(-self._value(views[i], a, epoch), n, i) for n, (i, a) in enumerate(alloc.items())]
+        heapq.heapify(heap)
+        while capacity > 0 and heap:
+            _, n, job_id = heapq.heappop(heap)
+            job = views[job_id]
+            if alloc[job_id] >= bounds(job)[1]:
+                continue
+            alloc[job_id] += 1
+            capacity -= 1
+            heapq.heappush(heap, (-self._value(job, alloc[job_id], epoch), n, job_id))
+        return alloc
+
+    def _value(self, job: JobView, units: int, epoch: float) -> float:
+        """The priority of one more unit for ``job`` at ``units``: its weighted predicted
+        normalised loss reduction from it (sum), or its predicted normalised loss (max-min)."""
+        weight = self.weights.get(job.id, self.weights.get(job.user, 1.0))
+        predicted = self.predict(job, epoch)
+        if predicted is None:  # unconverged, unknown: up to its request first
+            return math.inf if units < job.spec.gpus else 0.0
+        curve, start, scale, t_iter, floor, first = predicted
+        if self.maxmin:
+            after = curve(start + epoch / t_iter(units))
+            return weight * max(0.0, after - floor) / max(first - floor, 1e-12)
+        now = curve(start + epoch / t_iter(units))
+        more = curve(start + epoch / t_iter(units + 1))
+        return weight * (now - more) / scale  # Algorithm 1, PREDICTLOSSREDUCTION
+
+    def predict(self, job: JobView, epoch: float):
+        """(curve, iteration now, largest change per iteration, iteration time(a), loss floor,
+        first loss) for a job with a prediction, else None."""
+        history = job.metric_history
+        scale = largest_change(history)
+        if len(history) < 2 or scale <= 0 or not job.speed_samples:
+            return None
+        key = history[-1]
+        cached = self._fits.get(job.id)
+        if cached is None or cached[0] != (len(history), key[1]):
+            curve = fit_loss(history) or strawman(history)
+            self._fits[job.id] = ((len(history), key[1]), curve)
+        else:
+            curve = cached[1]
+        if curve is None:
+            return None
+        samples = job.speed_samples
+
+        def t_iter(units: int) -> float:
+            return iteration_time(samples, units) or math.inf
+
+        floor = _floor(curve, history)
+        start = max(job.iteration, history[-1][0])
+        return curve, start, scale, t_iter, floor, history[0][1]
+
+
+def _floor(curve: LossCurve, history) -> float:
+    """The loss the curve tends to: d (sublinear), c (linear), else the lowest seen."""
+    lowest = min(v for _, v in history)
+    if curve.family == "sublinear":
+        return min(curve.params[3], lowest)
+    if curve.family == "linear":
+        return min(curve.params[2], lowest)
+    return lowest
