@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from mlsched.model import Deadline, JobClass
+from simulator.quality import quality_metrics
 from simulator.types import JobRecord, SimResult
 
 CLASS_KEYS: dict[JobClass, str] = {
@@ -278,6 +279,7 @@ SECTIONS: tuple[Callable[[SimResult], dict], ...] = (
     latency_metrics,
     cluster_metrics,
     mlfs_metrics,
+    quality_metrics,
     run_metrics,
 )
 

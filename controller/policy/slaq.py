@@ -122,10 +122,11 @@ class SlaqPolicy:
 
 
 def _floor(curve: LossCurve, history) -> float:
-    """The loss the curve tends to: d (sublinear), c (linear), else the lowest seen."""
+    """The loss the curve tends to: d (sublinear), c (linear); the strawman has none, so 0
+    (or the lowest seen, if below)."""
     lowest = min(v for _, v in history)
     if curve.family == "sublinear":
         return min(curve.params[3], lowest)
     if curve.family == "linear":
         return min(curve.params[2], lowest)
-    return lowest
+    return min(0.0, lowest)
