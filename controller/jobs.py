@@ -11,21 +11,34 @@ from controller.state import ControllerState
 from mlsched.jobspec import SpecError, validate_spec
 from mlsched.model import Job, JobSpec, JobState, Node, Task
 
+MAX_REQUEST_ID_LEN = 128
+
 
 class JobOperations:
     def __init__(self, state: ControllerState) -> None:
         self.state = state
 
-    def submit(self, user: str, spec: JobSpec) -> Job:
-        """Validate and store a new job; it is durable when this returns."""
+    def submit(self, user: str, spec: JobSpec, request_id: str = "") -> Job:
+        """Validate and store a new job; it is durable when this returns.
+
+        Idempotent with a ``request_id``: a repeated id of the same user (a client's retry)
+        within ``submit_request_retention_s`` returns the job the first request created, even
+        after a controller restart, whatever the spec says this time.
+        """
         try:
             validate_spec(spec)
         except SpecError as exc:
             raise InvalidArgument(str(exc)) from exc
+        if len(request_id) > MAX_REQUEST_ID_LEN or not request_id.isprintable():
+            raise InvalidArgument(f"request_id: at most {MAX_REQUEST_ID_LEN} printable characters")
         state = self.state
         with state.lock:
-            job_id = self._new_id()
             now = state.clock.now()
+            if request_id:
+                known = self._submitted(user, request_id, now)
+                if known is not None:
+                    return known
+            job_id = self._new_id()
             job = Job(
                 id=job_id,
                 user=user,
@@ -36,6 +49,10 @@ class JobOperations:
             )
             with state.store.transaction():
                 state.save_job(job)
+                if request_id:
+                    retention_s = state.settings.submit_request_retention_s
+                    state.store.forget_submit_requests(now - retention_s)
+                    state.store.save_submit_request(user, request_id, job_id, now)
                 state.emit(
                     "job_submitted",
                     f"{spec.name} by {user}: {spec.gpus} GPU(s), {spec.job_class.value}",
@@ -43,6 +60,12 @@ class JobOperations:
                 )
             state.jobs[job_id] = job
             return job
+
+    def _submitted(self, user: str, request_id: str, now: float) -> Job | None:
+        """The job an earlier submit with this request id created, if remembered."""
+        since = now - self.state.settings.submit_request_retention_s
+        job_id = self.state.store.submit_request_job(user, request_id, since)
+        return self.state.job(job_id) if job_id is not None else None
 
     def get(self, job_id: str) -> tuple[Job, list[Task]]:
         with self.state.lock:

@@ -22,12 +22,24 @@ from controller.scheduler import Scheduler, SchedulerLoop
 from controller.servicer import AgentServicer, JobServicer
 from controller.state import ControllerSettings, ControllerState
 from controller.store import SqliteStore
+from mlsched.client import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
 from mlsched.statelock import StateDirLock
 from mlsched.v1 import agent_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "controller.lock"
+
+# The server's side of keepalive: it pings idle agents and CLIs as often as they ping it (a
+# session whose agent stopped answering is closed), and accepts their pings, even without an
+# active call, down to half their period (more often, it would answer GOAWAY "too_many_pings").
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+    ("grpc.http2.max_ping_strikes", 0),
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +85,8 @@ class Controller:
         self.loop = SchedulerLoop(self.scheduler, config.settings.cycle_s)
         self.ops = JobOperations(self.state)
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="rpc")
+            futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="rpc"),
+            options=SERVER_OPTIONS,
         )
         jobs_pb2_grpc.add_JobServiceServicer_to_server(
             JobServicer(self.ops, self.state, self.sessions, self.loop.trigger), self.server

@@ -99,7 +99,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         user = caller(context)
         if not request.HasField("spec"):
             raise InvalidArgument("spec is required")
-        job = self._ops.submit(user, serde.spec_from_proto(request.spec))
+        job = self._ops.submit(user, serde.spec_from_proto(request.spec), request.request_id)
         self._on_change()
         return jobs_pb2.SubmitJobResponse(job=serde.job_to_proto(job, []))
 
@@ -227,7 +227,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         reader.start()
         yield agent_pb2.AgentSessionResponse(
             registered=agent_pb2.Registered(
-                node_id=node.id, heartbeat_interval_s=self._heartbeat_interval_s
+                node_id=node.id,
+                heartbeat_interval_s=self._heartbeat_interval_s,
+                heartbeat_timeout_s=self._events.state.settings.heartbeat_timeout_s,
             )
         )
         try:

@@ -41,6 +41,8 @@ class ControllerSettings:
     heartbeat_timeout_s: float = 30.0
     suspend_grace_s: float = 30.0
     master_port_range: tuple[int, int] = (29500, 39499)
+    # How long a submit's request id is remembered: a retry within it returns the same job.
+    submit_request_retention_s: float = 24 * 3600.0
 
 
 class ControllerState:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -12,6 +14,26 @@ from mlsched.model import Event, Job, JobSpec, JobState, Node, Task
 from mlsched.v1 import jobs_pb2, jobs_pb2_grpc
 
 USER_KEY = "mlsched-user"
+
+# gRPC keepalive of every channel to the controller (the CLI's and the agents'): a ping every
+# KEEPALIVE_TIME_MS, also on an idle connection; no answer within KEEPALIVE_TIMEOUT_MS closes
+# the connection, so a half-open one (a partition, a dead peer) is noticed and redialled. The
+# controller permits pings this often (controller/server.py's SERVER_OPTIONS), so clients are
+# not sent GOAWAY ("too_many_pings").
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+
+# A submit that failed with one of these may or may not have reached the controller; it is
+# sent again with the same request id, which the controller answers with the job it made.
+RETRIED_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+# Waits before the second, third, ... attempt of a submit.
+SUBMIT_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -24,11 +46,21 @@ class JobLogs:
 class Client:
     """One channel per client; every call carries the user's name."""
 
-    def __init__(self, address: str, user: str, timeout_s: float = 30.0) -> None:
-        self._channel = grpc.insecure_channel(address)
+    def __init__(
+        self,
+        address: str,
+        user: str,
+        timeout_s: float = 30.0,
+        *,
+        retry_delays_s: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._channel = grpc.insecure_channel(address, options=KEEPALIVE_OPTIONS)
         self._stub = jobs_pb2_grpc.JobServiceStub(self._channel)
         self._metadata = ((USER_KEY, user),)
         self._timeout_s = timeout_s
+        self._retry_delays_s = tuple(retry_delays_s)
+        self._sleep = sleep
 
     def close(self) -> None:
         self._channel.close()
@@ -42,11 +74,23 @@ class Client:
     def _call(self, method, request):  # type: ignore[no-untyped-def]
         return method(request, metadata=self._metadata, timeout=self._timeout_s)
 
-    def submit(self, spec: JobSpec) -> Job:
-        reply = self._call(
-            self._stub.SubmitJob, jobs_pb2.SubmitJobRequest(spec=serde.spec_to_proto(spec))
+    def submit(self, spec: JobSpec, request_id: str = "") -> Job:
+        """Submit a job, exactly once: every attempt carries one request id (a new uuid unless
+        given), and an attempt that failed UNAVAILABLE or DEADLINE_EXCEEDED is repeated after
+        each of ``retry_delays_s``; the controller answers a repeat with the same job."""
+        request = jobs_pb2.SubmitJobRequest(
+            spec=serde.spec_to_proto(spec), request_id=request_id or str(uuid.uuid4())
         )
-        return serde.job_from_proto(reply.job)[0]
+        for delay_s in (*self._retry_delays_s, None):
+            try:
+                reply = self._call(self._stub.SubmitJob, request)
+            except grpc.RpcError as exc:
+                if delay_s is None or exc.code() not in RETRIED_CODES:
+                    raise
+                self._sleep(delay_s)
+                continue
+            return serde.job_from_proto(reply.job)[0]
+        raise AssertionError("unreachable")
 
     def get(self, job_id: str) -> tuple[Job, list[Task]]:
         reply = self._call(self._stub.GetJob, jobs_pb2.GetJobRequest(job_id=job_id))

@@ -46,7 +46,9 @@ class AgentConfig:
         kill_grace_s: grace between SIGTERM and SIGKILL when killing a task.
         trainer_listen: where the TrainerService listens (``host:port``; port 0 picks one).
         reconnect_initial_s: first delay before reconnecting to the controller.
-        reconnect_max_s: cap of the exponential reconnect backoff.
+        reconnect_max_s: cap of the exponential reconnect backoff (jitter +-20 %). Once registered,
+            the agent also keeps it below a third of the controller's heartbeat timeout, which
+            the controller sends; this default is a third of the controller's default (30 s).
         progress_min_interval_s: at most one ProgressReport per task per this interval.
         task_poll_interval_s: how often task processes are checked for exits and escalations.
         cpu_capacity: cores counted as 100% CPU (None: every CPU of the machine).
@@ -76,7 +78,7 @@ class AgentConfig:
     kill_grace_s: float = 5.0
     trainer_listen: str = "127.0.0.1:0"
     reconnect_initial_s: float = 0.5
-    reconnect_max_s: float = 30.0
+    reconnect_max_s: float = 10.0
     progress_min_interval_s: float = 1.0
     task_poll_interval_s: float = 0.2
     cpu_capacity: float | None = None

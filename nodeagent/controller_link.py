@@ -11,6 +11,7 @@ from typing import Protocol
 
 import grpc
 
+from mlsched.client import KEEPALIVE_OPTIONS
 from mlsched.v1 import agent_pb2, agent_pb2_grpc
 from nodeagent import convert
 from nodeagent.clock import Clock, SystemClock
@@ -32,6 +33,13 @@ log = logging.getLogger(__name__)
 JOIN_TOKEN_KEY = "mlsched-join-token"
 MAX_PENDING = 10_000
 FATAL_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+# Reconnect back-off: a wait is the current delay times a factor drawn in [1 - JITTER,
+# 1 + JITTER]; the delay doubles up to a cap of at most HEARTBEAT_TIMEOUT_SHARE of the
+# controller's heartbeat timeout (learnt at registration). So the longest wait is 40 % of the
+# timeout, and an agent whose controller restarted re-registers with more than half of the
+# timeout to spare (a restarted controller gives every known node one timeout).
+JITTER = 0.2
+HEARTBEAT_TIMEOUT_SHARE = 1 / 3
 
 
 class ControllerHandler(Protocol):
@@ -118,6 +126,40 @@ class Outbox:
             return self._queue.popleft()
 
 
+class Backoff:
+    """Capped exponential back-off with jitter, kept below the controller's heartbeat timeout.
+
+    The cap is ``max_s``, lowered to ``HEARTBEAT_TIMEOUT_SHARE`` of the heartbeat timeout once
+    the controller has said it (``heartbeat_timeout_s``, from ``Registered``).
+    """
+
+    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
+        self._initial_s = initial_s
+        self._max_s = max_s
+        self._rng = rng or random.Random()
+        self._timeout_s = 0.0
+        self._delay_s = initial_s
+
+    def set_heartbeat_timeout(self, timeout_s: float) -> None:
+        """The controller's heartbeat timeout; 0 (an older controller) leaves ``max_s``."""
+        self._timeout_s = timeout_s if timeout_s > 0 else 0.0
+
+    @property
+    def cap_s(self) -> float:
+        if self._timeout_s <= 0:
+            return self._max_s
+        return min(self._max_s, self._timeout_s * HEARTBEAT_TIMEOUT_SHARE)
+
+    def reset(self) -> None:
+        self._delay_s = self._initial_s
+
+    def next_wait(self) -> float:
+        """The wait before the next attempt; the delay after it doubles (up to the cap)."""
+        delay = min(self._delay_s, self.cap_s)
+        self._delay_s = min(delay * 2, self.cap_s)
+        return delay * self._rng.uniform(1 - JITTER, 1 + JITTER)
+
+
 class ControllerLink:
     """Keeps one AgentSession open, reconnecting with capped exponential backoff.
 
@@ -143,7 +185,7 @@ class ControllerLink:
         self._handler = handler
         self._on_fatal = on_fatal
         self._initial_s = reconnect_initial_s
-        self._max_s = reconnect_max_s
+        self.backoff = Backoff(reconnect_initial_s, reconnect_max_s)
         self._clock = clock or SystemClock()
         self._lock = threading.Lock()
         self._outbox: Outbox | None = None
@@ -203,7 +245,6 @@ class ControllerLink:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        delay = self._initial_s
         while not self._stopping.is_set():
             started = self._clock.monotonic()
             try:
@@ -217,19 +258,19 @@ class ControllerLink:
                 healthy = False
             if self._stopping.is_set():
                 return
-            if healthy or self._clock.monotonic() - started >= self._max_s:
-                delay = self._initial_s
-            wait = delay * random.uniform(0.8, 1.2)
+            if healthy or self._clock.monotonic() - started >= self.backoff.cap_s:
+                self.backoff.reset()
+            wait = self.backoff.next_wait()
             log.info("reconnecting to the controller at %s in %.1fs", self._address, wait)
             self._stopping.wait(wait)
-            delay = min(delay * 2, self._max_s)
 
     def _session(self) -> bool:
         """One session; returns True when the controller answered at all."""
         options = [
+            *KEEPALIVE_OPTIONS,
             ("grpc.initial_reconnect_backoff_ms", int(self._initial_s * 1000)),
             ("grpc.min_reconnect_backoff_ms", int(self._initial_s * 1000)),
-            ("grpc.max_reconnect_backoff_ms", int(self._max_s * 1000)),
+            ("grpc.max_reconnect_backoff_ms", max(1, int(self.backoff.cap_s * 1000))),
         ]
         channel = grpc.insecure_channel(self._address, options=options)
         outbox = Outbox()
@@ -282,6 +323,7 @@ class ControllerLink:
         if kind == "registered":
             reg = response.registered
             log.info("registered with the controller at %s as %s", self._address, reg.node_id)
+            self.backoff.set_heartbeat_timeout(reg.heartbeat_timeout_s)
             handler.on_registered(reg.node_id, reg.heartbeat_interval_s)
         elif kind == "launch":
             handler.launch(convert.launch_from_pb(response.launch))

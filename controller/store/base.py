@@ -6,7 +6,9 @@
   from a consistent state; a row that cannot be decoded (corruption, a bad manual edit) is
   moved aside, never deleted, and listed in ``StoredState.quarantined`` instead of stopping
   the start (with it go the tasks of a quarantined job);
-- event sequence numbers are assigned by the store, strictly increasing, never reused.
+- event sequence numbers are assigned by the store, strictly increasing, never reused;
+- a submit request id, once saved with its job in the same transaction, names that job until
+  it is forgotten (``forget_submit_requests``); request ids are scoped to the submitting user.
 """
 
 from __future__ import annotations
@@ -58,6 +60,18 @@ class Store(ABC):
     @abstractmethod
     def save_node(self, node: Node) -> None:
         """Insert or replace a node (metrics are not persisted)."""
+
+    @abstractmethod
+    def save_submit_request(self, user: str, request_id: str, job_id: str, time: float) -> None:
+        """Remember that ``user``'s request ``request_id`` created ``job_id`` at ``time``."""
+
+    @abstractmethod
+    def submit_request_job(self, user: str, request_id: str, since: float) -> str | None:
+        """The job ``user``'s request ``request_id`` created at ``since`` or later, if any."""
+
+    @abstractmethod
+    def forget_submit_requests(self, before: float) -> int:
+        """Forget the request ids saved before ``before``; returns how many."""
 
     @abstractmethod
     def append_event(

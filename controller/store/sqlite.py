@@ -24,6 +24,10 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, kind TEXT NOT NULL,
     message TEXT NOT NULL, job_id TEXT NOT NULL, node_id TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, seq);
+CREATE TABLE IF NOT EXISTS submit_requests (
+    user TEXT NOT NULL, request_id TEXT NOT NULL, job_id TEXT NOT NULL, time REAL NOT NULL,
+    PRIMARY KEY (user, request_id));
+CREATE INDEX IF NOT EXISTS submit_requests_by_time ON submit_requests (time);
 CREATE TABLE IF NOT EXISTS quarantine (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, source TEXT NOT NULL, key TEXT NOT NULL,
     data TEXT NOT NULL, error TEXT NOT NULL);
@@ -141,6 +145,28 @@ class SqliteStore(Store):
                 "INSERT OR REPLACE INTO nodes (id, data) VALUES (?, ?)",
                 (node.id, codec.node_to_json(node)),
             )
+
+    def save_submit_request(self, user: str, request_id: str, job_id: str, time: float) -> None:
+        with self.transaction():
+            self._conn.execute(
+                "INSERT OR REPLACE INTO submit_requests (user, request_id, job_id, time) "
+                "VALUES (?, ?, ?, ?)",
+                (user, request_id, job_id, time),
+            )
+
+    def submit_request_job(self, user: str, request_id: str, since: float) -> str | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT job_id FROM submit_requests"
+                " WHERE user = ? AND request_id = ? AND time >= ?",
+                (user, request_id, since),
+            ).fetchone()
+        return row[0] if row else None
+
+    def forget_submit_requests(self, before: float) -> int:
+        with self.transaction():
+            cur = self._conn.execute("DELETE FROM submit_requests WHERE time < ?", (before,))
+        return cur.rowcount
 
     def append_event(
         self, time: float, kind: str, message: str, job_id: str = "", node_id: str = ""

@@ -197,12 +197,14 @@ class AgentSessionRequest(_message.Message):
     def __init__(self, register: _Optional[_Union[RegisterAgent, _Mapping]] = ..., metrics: _Optional[_Union[MetricsReport, _Mapping]] = ..., task_status: _Optional[_Union[TaskStatus, _Mapping]] = ..., progress: _Optional[_Union[ProgressReport, _Mapping]] = ..., logs: _Optional[_Union[LogsReply, _Mapping]] = ..., migration_request: _Optional[_Union[MigrationRequest, _Mapping]] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("node_id", "heartbeat_interval_s")
+    __slots__ = ("node_id", "heartbeat_interval_s", "heartbeat_timeout_s")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     heartbeat_interval_s: float
-    def __init__(self, node_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
+    heartbeat_timeout_s: float
+    def __init__(self, node_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ...) -> None: ...
 
 class LaunchTask(_message.Message):
     __slots__ = ("task", "spec", "gpu_indices", "world_size", "local_rank", "local_world_size", "master_addr", "master_port", "resume", "user")

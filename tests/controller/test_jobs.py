@@ -204,3 +204,45 @@ def test_log_location(cluster):
         c.jobs.log_location(job.id, 2)
     with pytest.raises(NotFound):
         c.jobs.log_location("j-nope", 0)
+
+
+# --- idempotent submit (issue 11 #10) -------------------------------------------------------
+
+
+def test_a_repeated_request_id_returns_the_same_job(cluster):
+    c = cluster
+    first = c.jobs.submit("alice", c.spec("mnist"), request_id="req-1")
+    again = c.jobs.submit("alice", c.spec("mnist"), request_id="req-1")
+    assert again.id == first.id
+    assert len(c.state.jobs) == 1
+    assert c.event_kinds().count("job_submitted") == 1
+    # Another request id, no request id, or another user's same id: new jobs.
+    other = c.jobs.submit("alice", c.spec("mnist"), request_id="req-2")
+    plain = [c.jobs.submit("alice", c.spec("mnist")) for _ in range(2)]
+    bobs = c.jobs.submit("bob", c.spec("mnist"), request_id="req-1")
+    assert len({first.id, other.id, bobs.id, *(j.id for j in plain)}) == 5
+
+
+def test_request_ids_survive_a_restart_and_are_forgotten_after_the_retention(
+    make_cluster, tmp_path
+):
+    path = tmp_path / "controller.db"
+    c = make_cluster(path)
+    first = c.jobs.submit("alice", c.spec(), request_id="req-1")
+    c.store.close()
+    retention_s = c.state.settings.submit_request_retention_s
+
+    restarted = make_cluster(path, clock=c.clock)
+    assert restarted.jobs.submit("alice", c.spec(), request_id="req-1").id == first.id
+    restarted.advance(retention_s + 1.0)
+    late = restarted.jobs.submit("alice", c.spec(), request_id="req-1")
+    assert late.id != first.id
+    rows = restarted.store._conn.execute("SELECT job_id FROM submit_requests").fetchall()
+    assert rows == [(late.id,)]  # the expired row was pruned
+
+
+@pytest.mark.parametrize("request_id", ["x" * 129, "a\x00b", "line\n"])
+def test_a_bad_request_id_is_invalid_argument(cluster, request_id):
+    with pytest.raises(InvalidArgument, match="request_id"):
+        cluster.jobs.submit("alice", cluster.spec(), request_id=request_id)
+    assert cluster.state.jobs == {}

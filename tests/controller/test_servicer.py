@@ -555,6 +555,8 @@ def test_agent_session_register_shows_the_node(api: Api) -> None:
         first = next(call)
         assert first.WhichOneof("message") == "registered"
         assert first.registered.node_id == "node-a"
+        # The agent keeps its reconnect back-off below this (issue 11 #9).
+        assert first.registered.heartbeat_timeout_s == SETTINGS.heartbeat_timeout_s
         nodes = list_nodes(api)
         assert [n.id for n in nodes] == ["node-a"]
         assert nodes[0].alive
@@ -598,6 +600,14 @@ def test_relayed_progress_becomes_speed_samples_in_get_job(api: Api) -> None:
 
 
 # --- persistence -------------------------------------------------------------------------
+
+
+def test_submit_twice_with_one_request_id_makes_one_job(api: Api, tmp_path: Path) -> None:
+    request = jobs_pb2.SubmitJobRequest(spec=good_spec(), request_id="6f1c-retry")
+    first = api.call("SubmitJob", request).job
+    again = api.call("SubmitJob", request).job
+    assert again.id == first.id
+    assert db_job_rows(tmp_path / "state") == 1
 
 
 def test_jobs_survive_a_controller_restart(connect: Callable[[Path], Api], tmp_path: Path) -> None:
