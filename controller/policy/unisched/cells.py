@@ -29,6 +29,7 @@ def cell_gpus(allocation: Allocation) -> int:
     return sum(count << level for level, count in enumerate(allocation))
 
 
+@lru_cache(maxsize=4096)  # pure, asked for the same few sizes every cycle
 def allocations(gpus: int, levels: int, roundup: bool = False) -> tuple[Allocation, ...]:
     """The allocation choices of a ``gpus``-GPU job on nodes with cell levels ``0..levels-1``.
 

@@ -4,9 +4,11 @@ Run as ``python -m controller.policy.unisched.milp_worker``: it reads pickled
 ``(problem, solver, time_limit_s)`` requests on stdin, where ``problem`` is a ``MilpProblem``
 or, for ``solver="scipy"``, the ``Matrices`` its parent built, and writes ("ok", solution or
 ``MatrixAnswer``) or ("error", exception) answers on a duplicate of its stdout, until stdin
-closes. Its own stdout is pointed at stderr first, so that nothing the solver prints can
-corrupt the channel. (A module of its own, so that ``-m`` runs it before anything imports
-it.)
+closes. Its own stdout is pointed at /dev/null first, so that nothing the solver prints can
+corrupt the channel or reach the user's terminal (HiGHS 1.12 prints a leftover debug line,
+ERGO-Code/HiGHS#2783, several times a full trace; the solvers run with their output off).
+Python's own errors still go to stderr. (A module of its own, so that ``-m`` runs it before
+anything imports it.)
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def serve(requests: Connection, answers: Connection) -> None:
 def _main() -> None:
     """Serve requests on stdin, answers on a duplicate of stdout."""
     answers_fd = os.dup(1)
-    os.dup2(2, 1)  # anything the solver prints goes to stderr, not into the channel
+    with open(os.devnull, "wb") as devnull:
+        os.dup2(devnull.fileno(), 1)  # what the solver prints goes nowhere, not into the channel
     serve(Connection(0, writable=False), Connection(answers_fd, readable=False))
 
 
