@@ -78,10 +78,19 @@ class AgentEvents:
         # Reports that carried a compute time, per (job id, gpus, nodes): the compute mean's n.
         self._compute_counts: dict[tuple[str, int, int], int] = {}
 
-    def register(self, node: Node, reports: Sequence[TaskReport]) -> None:
-        """A (re)connecting agent: record the node and reconcile the tasks it reports."""
+    def register(
+        self, node: Node, reports: Sequence[TaskReport], fence_margin_s: float = 0.0
+    ) -> None:
+        """A (re)connecting agent: record the node and reconcile the tasks it reports.
+
+        ``fence_margin_s``: the agent's self-fencing margin (``controller.fencing``); 0 when it
+        did not say."""
         state = self.state
         with state.lock:
+            if fence_margin_s > 0:
+                state.agent_fence_margin_s[node.id] = fence_margin_s
+            else:
+                state.agent_fence_margin_s.pop(node.id, None)
             node.alive = True
             node.last_seen = state.clock.now()
             known = state.nodes.get(node.id)
@@ -92,9 +101,15 @@ class AgentEvents:
             gpus = f"{len(node.gpus)} {'virtual ' if any(g.virtual for g in node.gpus) else ''}GPUs"
             state.emit("node_registered", f"{verb} with {gpus} at {node.address}", node_id=node.id)
             reported = set()
+            live = set()
             for report in reports:
-                reported.add((report.task.job_id, report.task.rank, report.task.attempt))
+                key = (report.task.job_id, report.task.rank, report.task.attempt)
+                reported.add(key)
+                if not report.state.ended:
+                    live.add(key)
                 self._apply_report(node.id, report)
+            for fence in state.fences.release_unreported(node.id, live):
+                self._fence_released(fence.node_id, fence.job_id, fence.rank, fence.attempt)
             for task in list(state.tasks_on_node(node.id)):
                 if task.state in LIVE_TASK_STATES and (
                     (task.job_id, task.rank, task.attempt) not in reported
@@ -269,6 +284,8 @@ class AgentEvents:
         ref = report.task
         task = self._current_task(ref.job_id, ref.rank, ref.attempt)
         job = state.job(ref.job_id)
+        if report.state.ended and state.fences.release(node_id, ref.job_id, ref.rank, ref.attempt):
+            self._fence_released(node_id, ref.job_id, ref.rank, ref.attempt)
         if task is None or job is None or task.node_id != node_id:
             # Unknown, stale attempt or placed elsewhere: it must not keep running.
             if report.state.ended:
@@ -289,6 +306,14 @@ class AgentEvents:
             task.state = TaskState.RUNNING
             state.save_tasks(job.id)
             self._maybe_running(job.id)
+
+    def _fence_released(self, node_id: str, job_id: str, rank: int, attempt: int) -> None:
+        self.state.emit(
+            "task_fence_released",
+            f"rank {rank} attempt {attempt}: the agent reports the process gone",
+            job_id=job_id,
+            node_id=node_id,
+        )
 
     def _record_steps(self, job, task: Task, report: TaskReport) -> None:
         changed = False

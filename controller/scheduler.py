@@ -96,9 +96,19 @@ class Scheduler:
             state.save_node(node)
             state.emit("node_dead", f"no heartbeat for {silent:.0f} s", node_id=node.id)
             self._disconnect(node.id)
+            until = state.fence_until(node)
             for task in list(state.tasks_on_node(node.id)):
                 if task.state in LIVE_TASK_STATES:
+                    state.fences.hold(task, until)
                     lifecycle.task_ended(state, task, TaskState.LOST, 0, "node died")
+        for fence in state.fences.expire(now):
+            state.emit(
+                "task_fence_expired",
+                f"rank {fence.rank} attempt {fence.attempt}: past the agent's self-fencing"
+                f" deadline; GPUs {list(fence.gpu_indices)} are free",
+                job_id=fence.job_id,
+                node_id=fence.node_id,
+            )
 
     def apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
         """Apply a decision made on ``snapshot``, skipping parts the world has overtaken."""

@@ -28,6 +28,7 @@ from controller.errors import (
     PermissionDenied,
     Unavailable,
 )
+from controller.fencing import valid_margin_s
 from controller.jobs import JobOperations
 from controller.state import ControllerState
 from mlsched import serde
@@ -216,7 +217,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
         node, reports = _registration(first.register, context)
         session = self._sessions.open(node.id)
-        self._events.register(node, reports)
+        self._events.register(node, reports, first.register.self_fence_margin_s)
         self._on_change()
         reader = threading.Thread(
             target=self._read,
@@ -306,6 +307,8 @@ def _registration(
     indices = [g.index for g in msg.gpus]
     if len(set(indices)) != len(indices) or any(i < 0 for i in indices):
         context.abort(grpc.StatusCode.INVALID_ARGUMENT, "GPU indices must be unique and >= 0")
+    if not valid_margin_s(msg.self_fence_margin_s):
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register.self_fence_margin_s must be >= 0")
     try:
         reports = [task_report_from_proto(t) for t in msg.tasks]
     except serde.WireError as exc:

@@ -104,12 +104,13 @@ def build_snapshot(state: ControllerState) -> ClusterSnapshot:
         for n in state.schedulable_nodes()
     )
     views = [job_view(state, j) for j in state.jobs.values() if not j.state.terminal]
+    fenced = state.fences.jobs()  # a LOST task may still run: no new attempt yet
     return ClusterSnapshot(
         now=state.clock.now(),
         nodes=nodes,
         queued=tuple(
             sorted(
-                (v for v in views if v.state.queued),
+                (v for v in views if v.state.queued and v.id not in fenced),
                 key=lambda v: (v.queued_since, v.submit_time, v.id),
             )
         ),

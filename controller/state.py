@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from controller.clock import Clock
 from controller.commands import Command
+from controller.fencing import Fences, assumed_margin_s
 from controller.states import check_transition
 from controller.store import Store
 from mlsched.model import Event, Job, JobState, Node, Task, TaskState
@@ -66,6 +67,8 @@ class ControllerState:
         self.nodes: dict[str, Node] = loaded.nodes
         self.connected: set[str] = set()
         self.sr_timings: dict[str, SrTiming] = {}  # job id -> suspend/resume being timed
+        self.fences = Fences()  # LOST tasks whose process may still run (controller.fencing)
+        self.agent_fence_margin_s: dict[str, float] = {}  # node id -> its self_fence_margin_s
         self.last_event_seq = 0
         now = clock.now()
         for node in self.nodes.values():
@@ -130,9 +133,18 @@ class ControllerState:
                 if task.node_id == node_id:
                     yield task
 
+    def fence_until(self, node: Node) -> float:
+        """When a node declared dead has surely ended its tasks: its agent's self-fencing margin
+        (or the assumed one) past its last heartbeat plus the heartbeat timeout."""
+        settings = self.settings
+        margin_s = self.agent_fence_margin_s.get(node.id) or assumed_margin_s(
+            settings.suspend_grace_s
+        )
+        return node.last_seen + settings.heartbeat_timeout_s + margin_s
+
     def busy_gpus(self) -> dict[str, set[int]]:
-        """GPUs held by tasks that have not ended, per node."""
-        busy: dict[str, set[int]] = {}
+        """GPUs held by tasks that have not ended, and by fenced LOST tasks, per node."""
+        busy: dict[str, set[int]] = self.fences.gpus()
         for tasks in self.tasks.values():
             for task in tasks:
                 if task.state in LIVE_TASK_STATES:

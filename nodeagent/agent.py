@@ -35,6 +35,7 @@ from nodeagent.overload import (
     machine_capacity,
     measure_load,
 )
+from nodeagent.selffence import SelfFence, self_fence_margin_s
 from nodeagent.tasks import NodeShape, TaskManager
 from nodeagent.trainer_service import TrainerServer
 
@@ -75,6 +76,7 @@ class NodeAgent:
         self._tasks: TaskManager | None = None
         self._trainer: TrainerServer | None = None
         self._link: ControllerLink | None = None
+        self._fence: SelfFence | None = None
         self._loop: EventLoop | None = None
         self._node_sampler: NodeMetricsSampler | None = None
         self._task_sampler: TaskMetricsSampler | None = None
@@ -152,6 +154,7 @@ class NodeAgent:
                         "progress-flush", PROGRESS_FLUSH_INTERVAL_S, self._tasks.flush_progress
                     ),
                     PeriodicEvent("metrics", cfg.metrics_interval_s, self._report_metrics),
+                    PeriodicEvent("self-fence", cfg.task_poll_interval_s, self._self_fence),
                 ],
                 self._clock,
             )
@@ -164,6 +167,9 @@ class NodeAgent:
                 reconnect_initial_s=cfg.reconnect_initial_s,
                 reconnect_max_s=cfg.reconnect_max_s,
                 clock=self._clock,
+            )
+            self._fence = SelfFence(
+                self._tasks, self._link.cut_off_s, self._fence_after_s, cfg.suspend_grace_s
             )
             self._link.start()
         except BaseException:
@@ -201,6 +207,7 @@ class NodeAgent:
 
     def _shutdown(self) -> None:
         """The drain hook: stop talking, leave task processes running, release the state dir."""
+        self._fence = None
         if self._link is not None:
             self._link.stop()
             self._link = None
@@ -272,6 +279,17 @@ class NodeAgent:
                     wish.reason,
                 )
 
+    def _fence_after_s(self) -> float:
+        """Self-fencing delay: the configured one, lowered to the controller's timeout (so never
+        more than the timeout, which the reported margin counts on)."""
+        learnt = self._link.heartbeat_timeout_s if self._link is not None else 0.0
+        configured = self._config.self_fence_after_s
+        return min(configured, learnt) if learnt > 0 else configured
+
+    def _self_fence(self) -> None:
+        if self._fence is not None:
+            self._fence.check()
+
     def _registration(self) -> Registration:
         assert self._tasks and self._gpus
         cfg = self._config
@@ -284,6 +302,11 @@ class NodeAgent:
             memory_total_bytes=int(psutil.virtual_memory().total),
             tasks=tuple(self._tasks.statuses()),
             agent_version=mlsched.__version__,
+            self_fence_margin_s=self_fence_margin_s(
+                cfg.metrics_interval_s,
+                cfg.suspend_grace_s,
+                cfg.task_poll_interval_s,
+            ),
         )
 
     def _on_registered(self, heartbeat_interval_s: float) -> None:

@@ -62,6 +62,10 @@ class AgentConfig:
         migration_share: p_s, the lowest-priority share of tasks on overloaded GPUs to pick from.
         overload_samples: consecutive overloaded samples (metrics reports) before asking.
         migration_cooldown_s: before the same task may be asked for again.
+        self_fence_after_s: cut off from the controller this long, the agent suspends its tasks
+            itself (nodeagent/selffence.py); once registered, at most the controller's
+            heartbeat timeout (the default is the controller's default timeout). Before the
+            first registration a larger value than the controller's timeout is unsafe.
         overload_clear_threshold: after a request, no new one until what was above h_r has
             fallen to this share or less (hysteresis); in [0, h_r]. None: h_r - 0.1.
     """
@@ -91,6 +95,7 @@ class AgentConfig:
     overload_samples: int = 3
     migration_cooldown_s: float = 60.0
     overload_clear_threshold: float | None = None
+    self_fence_after_s: float = 30.0
 
     def validate(self) -> None:
         """Raise ConfigError when a setting is unusable."""
@@ -100,7 +105,12 @@ class AgentConfig:
             raise ConfigError(f"invalid node id {self.node_id!r}")
         if self.gpus is not None and self.gpus < 0:
             raise ConfigError("--gpus must be >= 0")
-        for name in ("metrics_interval_s", "task_poll_interval_s", "reconnect_initial_s"):
+        for name in (
+            "metrics_interval_s",
+            "task_poll_interval_s",
+            "reconnect_initial_s",
+            "self_fence_after_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
         for name in ("suspend_grace_s", "kill_grace_s", "progress_min_interval_s"):

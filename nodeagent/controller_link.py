@@ -192,6 +192,9 @@ class ControllerLink:
         self._call: grpc.Future | None = None
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # Monotonic time since when no registered session: None while registered.
+        self._cut_off_since: float | None = self._clock.monotonic()
+        self._heartbeat_timeout_s = 0.0
 
     # ------------------------------------------------------------- sending
 
@@ -224,6 +227,17 @@ class ControllerLink:
     def send_migration_request(self, wish: MigrationWish) -> bool:
         """Ask the controller to move a task off this overloaded node; False when not sent."""
         return self.send(convert.migration_request(wish))
+
+    def cut_off_s(self) -> float:
+        """How long this agent has been without a registered session (0 while it has one)."""
+        with self._lock:
+            since = self._cut_off_since
+        return 0.0 if since is None else max(0.0, self._clock.monotonic() - since)
+
+    @property
+    def heartbeat_timeout_s(self) -> float:
+        """The controller's heartbeat timeout, once registered (0 before)."""
+        return self._heartbeat_timeout_s
 
     # ------------------------------------------------------------ lifecycle
 
@@ -305,6 +319,8 @@ class ControllerLink:
             with self._lock:
                 self._outbox = None
                 self._call = None
+                if self._cut_off_since is None:
+                    self._cut_off_since = self._clock.monotonic()
             outbox.close()
             channel.close()
         return healthy
@@ -324,6 +340,9 @@ class ControllerLink:
             reg = response.registered
             log.info("registered with the controller at %s as %s", self._address, reg.node_id)
             self.backoff.set_heartbeat_timeout(reg.heartbeat_timeout_s)
+            with self._lock:
+                self._cut_off_since = None
+                self._heartbeat_timeout_s = max(0.0, reg.heartbeat_timeout_s)
             handler.on_registered(reg.node_id, reg.heartbeat_interval_s)
         elif kind == "launch":
             handler.launch(convert.launch_from_pb(response.launch))

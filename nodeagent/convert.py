@@ -149,6 +149,7 @@ def registration_to_pb(r: Registration) -> agent_pb2.RegisterAgent:
         memory_total_bytes=r.memory_total_bytes,
         tasks=[task_status_to_pb(t) for t in r.tasks],
         agent_version=r.agent_version,
+        self_fence_margin_s=r.self_fence_margin_s,
     )
 
 

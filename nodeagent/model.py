@@ -193,3 +193,4 @@ class Registration:
     memory_total_bytes: int
     tasks: tuple[TaskStatusInfo, ...]
     agent_version: str
+    self_fence_margin_s: float = 0.0  # nodeagent.selffence.self_fence_margin_s; 0: not said

@@ -50,7 +50,7 @@ class TaskStatus(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.TaskState, str]] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., pid: _Optional[int] = ..., restored: _Optional[bool] = ...) -> None: ...
 
 class RegisterAgent(_message.Message):
-    __slots__ = ("node_id", "address", "hostname", "gpus", "cpu_count", "memory_total_bytes", "tasks", "agent_version")
+    __slots__ = ("node_id", "address", "hostname", "gpus", "cpu_count", "memory_total_bytes", "tasks", "agent_version", "self_fence_margin_s")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class RegisterAgent(_message.Message):
     MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SELF_FENCE_MARGIN_S_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     hostname: str
@@ -67,7 +68,8 @@ class RegisterAgent(_message.Message):
     memory_total_bytes: int
     tasks: _containers.RepeatedCompositeFieldContainer[TaskStatus]
     agent_version: str
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ...) -> None: ...
+    self_fence_margin_s: float
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., hostname: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[_common_pb2.GpuInfo, _Mapping]]] = ..., cpu_count: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., self_fence_margin_s: _Optional[float] = ...) -> None: ...
 
 class MetricsReport(_message.Message):
     __slots__ = ("node", "tasks", "load")

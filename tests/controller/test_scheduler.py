@@ -15,6 +15,7 @@ from controller.commands import (
     SuspendCommand,
     TaskRef,
 )
+from controller.fencing import assumed_margin_s
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, Launch, Renew, Suspend
 from controller.policy.fifo import FifoPolicy
@@ -596,7 +597,10 @@ def test_silent_node_is_declared_dead_and_its_job_suspended(cluster):
     assert job.state is JobState.SUSPENDED
 
 
-def test_job_on_a_dead_node_resumes_elsewhere_in_the_same_cycle(cluster):
+def test_job_on_a_dead_node_resumes_elsewhere_after_the_agents_self_fencing_deadline(cluster):
+    # Issue 11 #2: the dead node's agent may still run attempt 1 until it fences itself; the
+    # job waits for that deadline (here the assumed one: the agent did not say) before
+    # attempt 2 starts elsewhere.
     c = cluster
     c.add_node("n1", 2)
     c.add_node("n2", 2)
@@ -604,11 +608,24 @@ def test_job_on_a_dead_node_resumes_elsewhere_in_the_same_cycle(cluster):
     c.cycle()
     assert {t.node_id for t in c.tasks(job.id)} == {"n1"}
     c.report_all(job.id, TaskState.RUNNING)
+    last_seen = c.state.nodes["n1"].last_seen
     c.advance(31.0)
     c.events.heartbeat("n2")
     c.sink.clear()
     c.cycle()
     assert not c.state.nodes["n1"].alive and c.state.nodes["n2"].alive
+    assert job.state is JobState.SUSPENDED and job.attempt == 1  # held: attempt 1 may run
+    settings = c.state.settings
+    fence_until = (
+        last_seen + settings.heartbeat_timeout_s + assumed_margin_s(settings.suspend_grace_s)
+    )
+    c.clock.advance(fence_until - c.clock.now() - 0.5)
+    c.events.heartbeat("n2")
+    c.cycle()
+    assert job.attempt == 1
+    c.advance(0.5, heartbeat=True)
+    c.cycle()
+    assert "task_fence_expired" in c.event_kinds(job.id)
     assert job.state is JobState.STARTING
     assert job.attempt == 2
     assert job.node_history == ["n1", "n2"]
@@ -619,6 +636,62 @@ def test_job_on_a_dead_node_resumes_elsewhere_in_the_same_cycle(cluster):
         ("n2", "LaunchCommand"),
     ]
     assert all(cmd.resume for _, cmd in launches(c.sink))
+
+
+def test_a_dead_nodes_reported_self_fencing_time_is_waited_for(cluster):
+    c = cluster
+    c.events.register(c.node("n1", 1), [], fence_margin_s=15.0)
+    c.add_node("n2", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING)
+    last_seen = c.state.nodes["n1"].last_seen
+    c.advance(31.0, heartbeat=False)
+    c.events.heartbeat("n2")
+    c.cycle()
+    assert job.state is JobState.SUSPENDED
+    c.clock.advance(last_seen + 30.0 + 15.0 - c.clock.now())
+    c.events.heartbeat("n2")
+    c.cycle()
+    assert job.state is JobState.STARTING
+    assert c.task(job.id).node_id == "n2"
+
+
+def test_gpus_of_a_lost_task_wait_for_the_agent_to_report_the_process_gone(cluster):
+    # Issue 11 #4: the agent of a node declared dead comes back still running attempt 1; its
+    # GPU is not given to attempt 2 until the agent reports that process ended.
+    c = cluster
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING)
+    old = c.task(job.id)
+    c.advance(31.0)
+    c.cycle()
+    assert old.state is TaskState.LOST
+    c.sink.clear()
+    c.events.register(c.node("n1", 1), [c.report_of(job.id, 0, TaskState.RUNNING)])
+    assert c.sink.of(KillCommand)  # the stale attempt is told to stop
+    c.cycle()
+    assert job.attempt == 1 and c.state.busy_gpus() == {"n1": {0}}
+    c.report(job.id, 0, TaskState.KILLED)
+    assert "task_fence_released" in c.event_kinds(job.id)
+    c.cycle()
+    assert job.attempt == 2 and job.state is JobState.STARTING
+
+
+def test_a_returning_agent_that_no_longer_runs_the_task_releases_it_at_once(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING)
+    c.advance(31.0)
+    c.cycle()
+    c.events.register(c.node("n1", 1), [])
+    assert "task_fence_released" in c.event_kinds(job.id)
+    c.cycle()
+    assert job.attempt == 2 and job.state is JobState.STARTING
 
 
 def test_heartbeats_keep_a_node_alive(cluster):

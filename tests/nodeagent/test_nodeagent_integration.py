@@ -488,3 +488,44 @@ def test_a_second_agent_on_the_same_state_dir_refuses_to_start(
     second = NodeAgent(agent_config(tmp_path, controller.address), gpus=VirtualGpus(2))
     with pytest.raises(ConfigError, match="another agent is using the state directory"):
         second.start()
+
+
+def test_an_agent_cut_off_from_the_controller_suspends_its_tasks_itself(
+    tmp_path: Path,
+    controller: ControllerServer,
+    make_agent: Callable[..., NodeAgent],
+    task_script: Path,
+) -> None:
+    # Issue 11 #2: a node the controller declares dead must not keep training the old attempt.
+    agent = make_agent(self_fence_after_s=0.5, suspend_grace_s=0.3)
+    peer = controller.servicer
+    first = peer.wait_for("register", session=1)
+    assert first.self_fence_margin_s > 2 * 0.3  # told the controller how long it takes at most
+    peer.send(launch=launch_message(tmp_path, task_script, "j-cut", "wait"))
+    wait_ready(tmp_path, "j-cut")
+    peer.wait_status("j-cut", S.TASK_STATE_RUNNING)
+    controller.stop()
+    wait_until(lambda: not agent.tasks.running())
+    controller.start()
+    register = peer.wait_for("register", session=2, timeout=15)
+    [status] = [t for t in register.tasks if t.task.job_id == "j-cut"]
+    assert status.state == S.TASK_STATE_SUSPENDED  # SuspendNow, then SIGTERM after the grace
+
+
+def test_a_registered_agent_does_not_fence(
+    tmp_path: Path,
+    controller: ControllerServer,
+    make_agent: Callable[..., NodeAgent],
+    task_script: Path,
+) -> None:
+    agent = make_agent(self_fence_after_s=0.5)
+    peer = controller.servicer
+    peer.send(launch=launch_message(tmp_path, task_script, "j-ok", "wait"))
+    wait_ready(tmp_path, "j-ok")
+    peer.wait_status("j-ok", S.TASK_STATE_RUNNING)
+    # Connected: however many fence checks run, the task keeps running (checked synchronously).
+    for _ in range(3):
+        agent._self_fence()
+    assert [r.job_id for r, _ in agent.tasks.running()] == ["j-ok"]
+    release(tmp_path, "j-ok")
+    peer.wait_status("j-ok", S.TASK_STATE_COMPLETED)
