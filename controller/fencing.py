@@ -49,7 +49,9 @@ def valid_margin_s(value: float) -> bool:
 
 
 class Fences:
-    """The fences in force; in memory (a restarted controller keeps none: docs/architecture.md)."""
+    """The fences in force. In memory: a restarted controller fences again, from its start,
+    every LOST task of a dead node whose job has not started a new attempt
+    (``ControllerState``)."""
 
     def __init__(self) -> None:
         self._fences: dict[FenceKey, Fence] = {}

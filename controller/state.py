@@ -73,6 +73,7 @@ class ControllerState:
         now = clock.now()
         for node in self.nodes.values():
             node.last_seen = now  # a restarted controller gives every agent a full timeout
+        self._restore_fences()
         with self.lock:
             for row in loaded.quarantined:
                 message = (
@@ -81,6 +82,18 @@ class ControllerState:
                 )
                 log.error("%s", message)
                 self.emit("state_row_quarantined", message, row.job_id, row.node_id)
+
+    def _restore_fences(self) -> None:
+        """Fence again the LOST tasks of dead nodes whose job waits for a new attempt: when
+        their fence would have ended is not stored, so it ends one fencing time after now."""
+        for job_id, tasks in self.tasks.items():
+            job = self.jobs.get(job_id)
+            if job is None or not job.state.queued:
+                continue
+            for task in tasks:
+                node = self.nodes.get(task.node_id)
+                if task.state is TaskState.LOST and node is not None and not node.alive:
+                    self.fences.hold(task, self.fence_until(node))
 
     # --- persistence -------------------------------------------------------------------
     def save_job(self, job: Job) -> None:

@@ -680,6 +680,31 @@ def test_gpus_of_a_lost_task_wait_for_the_agent_to_report_the_process_gone(clust
     assert job.attempt == 2 and job.state is JobState.STARTING
 
 
+def test_a_restarted_controller_fences_a_dead_nodes_lost_tasks_again(make_cluster, tmp_path):
+    path = tmp_path / "controller.db"
+    c = make_cluster(path)
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING)
+    c.advance(31.0)
+    c.cycle()
+    assert len(c.state.fences) == 1
+    c.store.close()
+
+    restarted = make_cluster(path, clock=c.clock)
+    restarted.add_node("n2", 1)
+    assert restarted.state.busy_gpus() == {"n1": {0}}
+    restarted.cycle()
+    assert restarted.job(job.id).attempt == 1  # attempt 1 may still run on n1
+    settings = restarted.state.settings
+    restarted.advance(settings.heartbeat_timeout_s + assumed_margin_s(settings.suspend_grace_s))
+    restarted.events.heartbeat("n2")
+    restarted.cycle()
+    assert restarted.job(job.id).attempt == 2
+    assert restarted.task(job.id).node_id == "n2"
+
+
 def test_a_returning_agent_that_no_longer_runs_the_task_releases_it_at_once(cluster):
     c = cluster
     c.add_node("n1", 1)
