@@ -87,7 +87,8 @@ class JobOperations:
     def cancel(self, user: str, job_id: str) -> Job:
         with self.state.lock:
             job = self._own_live_job(user, job_id)
-            lifecycle.cancel(self.state, job, f"cancelled by {user}")
+            with self.state.atomic(job):
+                lifecycle.cancel(self.state, job, f"cancelled by {user}")
             return job
 
     def stop(self, user: str, job_id: str, reason: str = "") -> Job:
@@ -103,13 +104,13 @@ class JobOperations:
                     f"job {job_id} has no checkpoint to finish with ({job.state.value}); "
                     "cancel it instead"
                 )
-            if not job.stop_requested:
-                job.stop_requested = f"stopped by {user}" + (f": {reason}" if reason else "")
-                with self.state.store.transaction():
+            with self.state.atomic(job):
+                if not job.stop_requested:
+                    job.stop_requested = f"stopped by {user}" + (f": {reason}" if reason else "")
                     self.state.save_job(job)
                     self.state.emit("user_stop", job.stop_requested, job_id=job.id)
-            if job.state is JobState.SUSPENDED:
-                lifecycle.finish_stopped(self.state, job)
+                if job.state is JobState.SUSPENDED:
+                    lifecycle.finish_stopped(self.state, job)
             return job
 
     def _own_live_job(self, user: str, job_id: str) -> Job:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import hmac
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -50,6 +51,8 @@ _STATUS = {
     serde.WireError: grpc.StatusCode.INVALID_ARGUMENT,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     TimeoutError: grpc.StatusCode.DEADLINE_EXCEEDED,
+    # The store could not write (a full disk, an I/O error): nothing changed, try later.
+    sqlite3.OperationalError: grpc.StatusCode.UNAVAILABLE,
 }
 
 F = TypeVar("F", bound=Callable[..., Any])

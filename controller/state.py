@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from controller.clock import Clock
@@ -96,6 +98,33 @@ class ControllerState:
                     self.fences.hold(task, self.fence_until(node))
 
     # --- persistence -------------------------------------------------------------------
+    @contextmanager
+    def atomic(self, job: Job) -> Iterator[None]:
+        """One store transaction for a change to ``job``: commands sent inside are held back
+        until it commits; when it fails (a full disk) the job, its tasks and the event counter
+        are put back as they were, so memory never runs ahead of the disk. Caller holds
+        ``lock``."""
+        saved_job = copy.deepcopy(job)
+        saved_tasks = copy.deepcopy(self.tasks.get(job.id))
+        saved_seq = self.last_event_seq
+        held: list[tuple[str, Command]] = []
+        send, self.send = self.send, lambda node_id, command: held.append((node_id, command))
+        try:
+            with self.store.transaction():
+                yield
+        except BaseException:
+            vars(job).update(vars(saved_job))
+            if saved_tasks is None:
+                self.tasks.pop(job.id, None)
+            else:
+                self.tasks[job.id] = saved_tasks
+            self.last_event_seq = saved_seq
+            raise
+        finally:
+            self.send = send
+        for node_id, command in held:
+            send(node_id, command)
+
     def save_job(self, job: Job) -> None:
         self.store.save_job(job)
 

@@ -246,3 +246,40 @@ def test_a_bad_request_id_is_invalid_argument(cluster, request_id):
     with pytest.raises(InvalidArgument, match="request_id"):
         cluster.jobs.submit("alice", cluster.spec(), request_id=request_id)
     assert cluster.state.jobs == {}
+
+
+# --- a full disk (issue 11 #6) ----------------------------------------------------------------
+
+
+def test_a_cancel_that_cannot_be_stored_changes_nothing_and_kills_nothing(make_cluster):
+    store = FailingEventsStore(":memory:")
+    c = make_cluster(store=store)
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING)
+    assert job.state is JobState.RUNNING
+    c.sink.clear()
+    store.fail = True
+    with pytest.raises(sqlite3.OperationalError):
+        c.jobs.cancel("alice", job.id)
+    assert job.state is JobState.RUNNING  # memory as on disk
+    assert c.store.load().jobs[job.id].state is JobState.RUNNING
+    assert c.sink.sent == []  # no kill went out for a cancel that did not happen
+    store.fail = False
+    c.jobs.cancel("alice", job.id)  # the retry works
+    assert job.state is JobState.CANCELLING
+    assert c.sink.kinds() == ["KillCommand"]
+
+
+def test_a_stop_that_cannot_be_stored_changes_nothing(make_cluster):
+    store = FailingEventsStore(":memory:")
+    c = make_cluster(store=store)
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING)
+    store.fail = True
+    with pytest.raises(sqlite3.OperationalError):
+        c.jobs.stop("alice", job.id)
+    assert job.stop_requested == ""
