@@ -40,7 +40,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 
 from controller import lifecycle
 from controller.commands import AckCommand, KillCommand, SuspendCommand, TaskReport
@@ -63,6 +65,17 @@ log = logging.getLogger(__name__)
 
 METRIC_HISTORY_MAX = 256
 SR_OVERHEADS_KEPT = 16
+
+
+@contextmanager
+def unless_store_fails(what: str) -> Iterator[None]:
+    """Swallow (and log) a store write that fails, a full disk: the agent's session goes on.
+    Used around ``ControllerState.atomic`` blocks, so memory was put back as on disk and no
+    ack went out (the agent reports an unacknowledged end again at its next registration)."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        log.error("cannot store %s (%s); going on without it", what, exc)
 
 
 def thin_history(history: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -96,10 +109,13 @@ class AgentEvents:
             known = state.nodes.get(node.id)
             state.nodes[node.id] = node
             state.connected.add(node.id)
-            state.save_node(node)
             verb = "re-registered" if known else "registered"
             gpus = f"{len(node.gpus)} {'virtual ' if any(g.virtual for g in node.gpus) else ''}GPUs"
-            state.emit("node_registered", f"{verb} with {gpus} at {node.address}", node_id=node.id)
+            # A full disk must not keep an agent out: the node row (static facts and the alive
+            # flag) is written when it can be; the node serves from memory meanwhile.
+            with unless_store_fails(f"the registration of {node.id}"), state.store.transaction():
+                state.save_node(node)
+                state.emit("node_registered", f"{verb} with {gpus} at {node.address}", "", node.id)
             reported = set()
             live = set()
             for report in reports:
@@ -107,20 +123,28 @@ class AgentEvents:
                 reported.add(key)
                 if not report.state.ended:
                     live.add(key)
-                self._apply_report(node.id, report)
+                with unless_store_fails(f"a report of {key}"), self._atomic(report.task.job_id):
+                    self._apply_report(node.id, report)
             for fence in state.fences.release_unreported(node.id, live):
-                self._fence_released(fence.node_id, fence.job_id, fence.rank, fence.attempt)
+                with unless_store_fails("a fence release"):
+                    self._fence_released(fence.node_id, fence.job_id, fence.rank, fence.attempt)
             for task in list(state.tasks_on_node(node.id)):
                 if task.state in LIVE_TASK_STATES and (
                     (task.job_id, task.rank, task.attempt) not in reported
                 ):
-                    lifecycle.task_ended(
-                        state, task, TaskState.LOST, 0, "agent no longer knows this task"
-                    )
+                    with unless_store_fails("a lost task"), self._atomic(task.job_id):
+                        lifecycle.task_ended(
+                            state, task, TaskState.LOST, 0, "agent no longer knows this task"
+                        )
             self._resend_pending(node.id)
 
+    def _atomic(self, job_id: str) -> AbstractContextManager[None]:
+        """``ControllerState.atomic`` for a known job; a plain transaction otherwise."""
+        job = self.state.job(job_id)
+        return self.state.atomic(job) if job is not None else self.state.store.transaction()
+
     def disconnected(self, node_id: str) -> None:
-        with self.state.lock:
+        with self.state.lock, unless_store_fails("a disconnection event"):
             self.state.connected.discard(node_id)
             self.state.emit("node_disconnected", "agent session closed", node_id=node_id)
 
@@ -173,7 +197,8 @@ class AgentEvents:
     def task_status(self, node_id: str, report: TaskReport) -> None:
         with self.state.lock:
             self.heartbeat(node_id)
-            self._apply_report(node_id, report)
+            with unless_store_fails(f"a report of {report.task}"), self._atomic(report.task.job_id):
+                self._apply_report(node_id, report)
 
     def progress(
         self, node_id: str, job_id: str, rank: int, attempt: int, progress: Progress
@@ -183,19 +208,23 @@ class AgentEvents:
             job = self.state.job(job_id)
             if task is None or job is None or task.node_id != node_id or rank != 0:
                 return
-            first = self._count_report(job.id, attempt)
-            if job.training_started_at is None and job.attempt_started_at is not None:
-                job.training_started_at = self.state.clock.now()
-            self._record_loss(job, progress)
-            job.iteration = progress.iteration
-            if progress.iteration_time_s > 0:
-                job.iteration_time_s = progress.iteration_time_s
-            job.metrics = {**job.metrics, **progress.metrics, "loss": progress.loss}
-            if not first:
-                self._record_speed(job, progress)
-            self._record_metric(job, progress)
-            self._record_sr_overhead(job, attempt)
-            self.state.save_job(job)
+            with unless_store_fails(f"progress of {job_id}"), self.state.atomic(job):
+                self._progress(job, attempt, progress)
+
+    def _progress(self, job: Job, attempt: int, progress: Progress) -> None:
+        first = self._count_report(job.id, attempt)
+        if job.training_started_at is None and job.attempt_started_at is not None:
+            job.training_started_at = self.state.clock.now()
+        self._record_loss(job, progress)
+        job.iteration = progress.iteration
+        if progress.iteration_time_s > 0:
+            job.iteration_time_s = progress.iteration_time_s
+        job.metrics = {**job.metrics, **progress.metrics, "loss": progress.loss}
+        if not first:
+            self._record_speed(job, progress)
+        self._record_metric(job, progress)
+        self._record_sr_overhead(job, attempt)
+        self.state.save_job(job)
 
     # --- observations for the estimator ---------------------------------------------------
     def _count_report(self, job_id: str, attempt: int) -> bool:

@@ -121,7 +121,12 @@ class SqliteStore(Store):
                 raise
             self._depth -= 1
             if outer:
-                self._conn.execute("COMMIT")
+                try:
+                    self._conn.execute("COMMIT")
+                except BaseException:  # e.g. SQLITE_FULL at commit: leave no open transaction
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
 
     def save_job(self, job: Job) -> None:
         with self.transaction():

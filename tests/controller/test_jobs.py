@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
+from controller.commands import AckCommand
 from controller.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from controller.store import SqliteStore
-from mlsched.model import Deadline, JobClass, JobState, TaskState
+from mlsched.model import Deadline, JobClass, JobState, Progress, TaskState
 
 T0 = 1_000.0
 
@@ -283,3 +284,46 @@ def test_a_stop_that_cannot_be_stored_changes_nothing(make_cluster):
     with pytest.raises(sqlite3.OperationalError):
         c.jobs.stop("alice", job.id)
     assert job.stop_requested == ""
+
+
+class FullDiskStore(FailingEventsStore):
+    """Every write fails once armed."""
+
+    def _check(self) -> None:
+        if self.fail:
+            raise sqlite3.OperationalError("database or disk is full")
+
+    def save_job(self, job):
+        self._check()
+        super().save_job(job)
+
+    def save_tasks(self, job_id, tasks):
+        self._check()
+        super().save_tasks(job_id, tasks)
+
+    def save_node(self, node):
+        self._check()
+        super().save_node(node)
+
+
+def test_an_agent_stays_registered_while_the_disk_is_full(make_cluster):
+    store = FullDiskStore(":memory:")
+    c = make_cluster(store=store)
+    c.add_node("n1", 1)
+    job = c.submit()
+    c.cycle()
+    c.report(job.id, 0, TaskState.RUNNING)
+    store.fail = True
+    running = c.report_of(job.id, 0, TaskState.RUNNING)
+    c.events.register(c.node("n1", 1), [running])  # no exception: the session goes on
+    assert c.state.nodes["n1"].alive and "n1" in c.state.connected
+    c.sink.clear()
+    c.report(job.id, 0, TaskState.COMPLETED)  # cannot be stored...
+    assert c.task(job.id).state is TaskState.RUNNING  # ...so memory did not move either
+    assert c.sink.of(AckCommand) == []  # and the agent keeps the end to report it again
+    c.events.progress("n1", job.id, 0, 1, Progress(5, 1.0, {}, 0.1, 32, c.clock.now()))
+    assert job.iteration == 0
+    store.fail = False
+    c.report(job.id, 0, TaskState.COMPLETED)
+    assert job.state is JobState.COMPLETED
+    assert c.sink.of(AckCommand)
