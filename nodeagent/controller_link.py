@@ -177,7 +177,7 @@ class ControllerLink:
         on_fatal: Callable[[str], None],
         *,
         reconnect_initial_s: float = 0.5,
-        reconnect_max_s: float = 30.0,
+        reconnect_max_s: float = 10.0,
         clock: Clock | None = None,
     ) -> None:
         self._address = address
