@@ -48,6 +48,8 @@ _STOP_OPTION = {
 
 class WireError(ValueError):
     """A message from the wire cannot be turned into a domain object."""
+
+
 _BATCH_RULE = {
     BatchRule.FIXED_GLOBAL: pb.BATCH_RULE_FIXED_GLOBAL,
     BatchRule.FIXED_PER_GPU: pb.BATCH_RULE_FIXED_PER_GPU,

@@ -79,8 +79,9 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     # MLF-RL (MLFS §3.4) with the shipped model; MLFS = MLF-RL with MLF-C (§3.5)
     "mlf-rl": lambda: _mlf_rl(load_control=False, name="mlf-rl"),
     "mlfs": lambda: _mlf_rl(load_control=True, name="mlfs"),
-    # UniSched with python-mip's HiGHS or CBC backend, and its ablations (UniSched §VI-C): no SR-aware
-    # estimator, no training-iteration estimator (maximum iterations), Chronus' round-up.
+    # UniSched with python-mip's HiGHS or CBC backend, and its ablations (UniSched §VI-C): no
+    # SR-aware estimator, no training-iteration estimator (maximum iterations), Chronus'
+    # round-up.
     "unisched-highs": lambda: _UniSched(UniSchedConfig(solver="highs"), "unisched-highs"),
     "unisched-cbc": lambda: _UniSched(UniSchedConfig(solver="cbc"), "unisched-cbc"),
     "unisched-no-sr": lambda: _UniSched(UniSchedConfig(sr_aware=False), "unisched-no-sr"),
