@@ -11,6 +11,13 @@ predicted normalised loss after the epoch is the highest. Weights multiply a job
 reduction (§4.3, "Prioritize jobs"). A job without a prediction yet (too little history or no
 measured iteration time) counts as unconverged (normalised loss 1, §6.1) and gets units up to
 its request first.
+
+Ours: §4.3 reallocates every epoch for free (§5: a token bucket on Spark cores); here a resize
+pauses the job (suspend plus resume, ``sr_overhead_s`` when measured, else ``RESIZE_PAUSE_S``),
+so a job's predicted reduction on an allocation other than the one it holds counts ``epoch -
+pause`` seconds of training; a unit's priority is the best per-unit gain over the next units
+(the plain marginal when there is no pause), and a grow that does not beat keeping the held
+GPUs is undone.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from controller.policy.slaq_predict import (
 )
 from controller.policy.slaq_resize import bounds, held, movable, plan
 
+RESIZE_PAUSE_S = 25.0  # ours: the simulator's 4 s + 20 s + 0.36 s/GPU, until one is measured
+
 
 class SlaqPolicy:
     needs_job_truth = False
@@ -38,8 +47,10 @@ class SlaqPolicy:
         maxmin: bool = False,
         weights: Mapping[str, float] | None = None,
         name: str | None = None,
+        pause_s: float = RESIZE_PAUSE_S,
     ) -> None:
         self.maxmin = maxmin
+        self.pause_s = pause_s  # a resize's pause before one is measured; 0: the paper's
         self.weights = dict(weights or {})  # by job id, else by user; default 1
         self.name = name or ("slaq-maxmin" if maxmin else "slaq")
         self._fits: dict[str, tuple[tuple[int, float], LossCurve | None]] = {}
@@ -60,7 +71,8 @@ class SlaqPolicy:
     # --- Algorithm 1 ------------------------------------------------------------------------
     def allocate(self, jobs: list[JobView], capacity: int, epoch: float) -> dict[str, int]:
         """Units per job: one unit (``min_gpus``) each in order while they last (lines 6-10),
-        then one at a time by priority (lines 11-16)."""
+        then one at a time by priority (lines 11-16); then a grown job whose predicted gain
+        does not beat keeping its GPUs keeps them, and the others may take the units freed."""
         alloc: dict[str, int] = {}
         for job in jobs:
             low = bounds(job)[0]
@@ -68,17 +80,43 @@ class SlaqPolicy:
                 alloc[job.id] = low
                 capacity -= low
         views = {j.id: j for j in jobs if j.id in alloc}
-        heap = [(-self._value(views[i], a, epoch), n, i) for n, (i, a) in enumerate(alloc.items())]
+        frozen: set[str] = set()
+        while True:
+            capacity = self._greedy(views, alloc, capacity, epoch, frozen)
+            undo = [i for i in alloc if i not in frozen and self._worse(views[i], alloc[i], epoch)]
+            if not undo:
+                return alloc
+            for job_id in undo:
+                capacity += alloc[job_id] - held(views[job_id])
+                alloc[job_id] = held(views[job_id])
+                frozen.add(job_id)
+
+    def _greedy(self, views, alloc, capacity: int, epoch: float, frozen: set[str]) -> int:
+        """Algorithm 1's loop: the next unit to the job of highest priority; units left."""
+        heap = [
+            (-self._value(views[i], a, epoch), n, i)
+            for n, (i, a) in enumerate(alloc.items())
+            if i not in frozen
+        ]
         heapq.heapify(heap)
         while capacity > 0 and heap:
-            _, n, job_id = heapq.heappop(heap)
+            value, n, job_id = heapq.heappop(heap)
             job = views[job_id]
             if alloc[job_id] >= bounds(job)[1]:
                 continue
+            if -value < 0:  # every job would lose by another unit: leave the rest free
+                break
             alloc[job_id] += 1
             capacity -= 1
             heapq.heappush(heap, (-self._value(job, alloc[job_id], epoch), n, job_id))
-        return alloc
+        return capacity
+
+    def _worse(self, job: JobView, units: int, epoch: float) -> bool:
+        """A grow whose predicted gain (after the pause) does not beat keeping the GPUs held."""
+        have = held(job)
+        if self.maxmin or not job.state.active or units <= have:
+            return False
+        return self._gain(job, units, epoch) <= self._gain(job, have, epoch)
 
     def _value(self, job: JobView, units: int, epoch: float) -> float:
         """The priority of one more unit for ``job`` at ``units``: its weighted predicted
@@ -87,13 +125,32 @@ class SlaqPolicy:
         predicted = self.predict(job, epoch)
         if predicted is None:  # unconverged, unknown: up to its request first
             return math.inf if units < job.spec.gpus else 0.0
-        curve, start, scale, t_iter, floor, first = predicted
+        curve, start, _, t_iter, floor, first = predicted
         if self.maxmin:
             after = curve(start + epoch / t_iter(units))
             return weight * max(0.0, after - floor) / max(first - floor, 1e-12)
-        now = curve(start + epoch / t_iter(units))
-        more = curve(start + epoch / t_iter(units + 1))
-        return weight * (now - more) / scale  # Algorithm 1, PREDICTLOSSREDUCTION
+        # Algorithm 1, PREDICTLOSSREDUCTION, with the pause: the gain is not concave around
+        # the held count, so a unit is worth the best mean gain of the next k units (k = 1,
+        # the paper's marginal, when no pause lies ahead)
+        top = bounds(job)[1]
+        ahead = top - units if job.state.active and units <= held(job) else 1
+        base = self._gain(job, units, epoch)
+        steps = range(1, max(1, min(ahead, top - units)) + 1)
+        return max((self._gain(job, units + k, epoch) - base) / k for k in steps)
+
+    def _gain(self, job: JobView, units: int, epoch: float) -> float:
+        """Weighted predicted normalised loss reduction over the next epoch on ``units`` GPUs:
+        ``epoch - pause`` seconds of training if that resizes the job, else ``epoch``."""
+        predicted = self.predict(job, epoch)
+        if predicted is None or units <= 0:
+            return 0.0
+        curve, start, scale, t_iter, _, _ = predicted
+        train = epoch
+        if job.state.active and units != held(job):
+            pause = job.sr_overhead_s if job.sr_overhead_s is not None else self.pause_s
+            train = max(0.0, epoch - pause)
+        weight = self.weights.get(job.id, self.weights.get(job.user, 1.0))
+        return weight * (curve(start) - curve(start + train / t_iter(units))) / scale
 
     def predict(self, job: JobView, epoch: float):
         """(curve, iteration now, largest change per iteration, iteration time(a), loss floor,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
+from controller.placement import TaskPlacement
 from controller.policy.base import JobView
 from controller.policy.fair import share
 from controller.policy.slaq import SlaqPolicy
@@ -110,3 +112,37 @@ def test_fair_is_equal_and_work_conserving():
     jobs = [job("A", line(1), 1, high=2), job("B", line(1), 1, high=8), job("C", line(1), 1)]
     assert share(jobs, 10) == {"A": 2, "B": 4, "C": 4}  # A stops at 2; the rest split
     assert share(jobs, 2) == {"A": 1, "B": 1}  # C waits: not even its minimum is left
+
+
+def running(job_id: str, history, t_iter: float, gpus: int, high=4) -> JobView:
+    """An active job holding ``gpus`` GPUs of node n0 (its lease at a boundary)."""
+    view = job(job_id, history, t_iter, high=high)
+    return dataclasses.replace(
+        view,
+        state=JobState.RUNNING,
+        placement=(TaskPlacement(0, "n0", tuple(range(gpus))),),
+    )
+
+
+def test_the_resize_pause_keeps_allocations_that_moving_would_not_beat():
+    # Normalised reduction 1 an iteration for both (strawman); epoch 60 s, pause 25 s.
+    # gain(a) = train * a / t_iter, train = 60 on the held count, else 35.
+    # A (1 s an iteration) holds 1, B (2 s) holds 3; 4 GPUs.
+    jobs = [running("A", line(1.0), 1.0, 1), running("B", line(2.0), 2.0, 3)]
+    # Without the pause Algorithm 1 moves both GPUs to the faster A: A 3 (180) + B 1 (30).
+    assert SlaqPolicy(pause_s=0.0).allocate(jobs, 4, 60.0) == {"A": 3, "B": 1}
+    # With it, from one unit each: A at 1 is worth max_k (35 (1+k) - 60) / k = 80/3 (k=3);
+    # B at 1 (17.5) is worth (90 - 17.5) / 2 = 36.25 (k=2, back to its 3 unpaused), then
+    # 90 - 35 = 55: B gets both. Moving would give A 105 + B 17.5 = 122.5 < 60 + 90 kept.
+    assert SlaqPolicy(pause_s=25.0).allocate(jobs, 4, 60.0) == {"A": 1, "B": 3}
+
+
+def test_a_grow_cut_short_of_its_gain_is_undone():
+    # A holds 1 GPU (60 s: 60); paused, gain(a) = 25 a. One free GPU: its priority at 1 is
+    # max(50 - 60, (75 - 60) / 2, (100 - 60) / 3) = 13.3 > 0, so it takes it, but A on 2 GPUs
+    # (50) does not beat A on 1 (60): it keeps its 1 and the GPU stays free.
+    jobs = [running("A", line(1.0), 1.0, 1)]
+    assert SlaqPolicy(pause_s=35.0).allocate(jobs, 2, 60.0) == {"A": 1}
+    assert SlaqPolicy(pause_s=0.0).allocate(jobs, 2, 60.0) == {"A": 2}
+    measured = [dataclasses.replace(jobs[0], sr_overhead_s=20.0)]  # measured beats the default
+    assert SlaqPolicy(pause_s=35.0).allocate(measured, 2, 60.0) == {"A": 2}  # 80 > 60
