@@ -4,9 +4,9 @@ Jobs are served in the order they joined the queue (submission, or suspension fo
 yielded its GPUs), strictly: when the head of the queue does not fit, nothing behind it starts.
 Leases add time slicing (the round-robin reading of FIFO under leases, as in Gavel's and
 Chronus' lease iterators): when a running job's lease expires while the head of the queue is
-waiting, and releasing running jobs (those that may yield soonest, the longest-running first)
-would make the head fit, those jobs are suspended at their lease boundary and rejoin the queue
-at its tail.
+waiting, and releasing running jobs (the longest-running first, jobs that have not trained yet
+last) would make the head fit, those jobs are suspended at their lease boundary and rejoin the
+queue at its tail.
 
 Two rules keep the slicing from starving anyone:
 
@@ -44,15 +44,10 @@ class FifoPolicy:
         being_released = tuple(p for view in snapshot.busy for p in view.placement)
         expired = snapshot.expired()
         now = snapshot.now
-        # Victims: those that may yield soonest, and among them the longest-running first.
+        # Victims: the longest-running first; jobs that have not trained yet last.
         by_turn = sorted(
             snapshot.active,
-            key=lambda j: (
-                max(_may_yield_at(j, lease), now),
-                j.running_since or 0.0,
-                j.submit_time,
-                j.id,
-            ),
+            key=lambda j: (j.training_since is None, j.running_since or 0.0, j.submit_time, j.id),
         )
         launches: list[Launch] = []
         suspends: list[Suspend] = []

@@ -222,6 +222,19 @@ def test_a_lease_counts_training_time_not_start_up(
     assert renewed(decision) == ([] if victims else ["Y"])
 
 
+def test_the_longest_running_job_yields_even_if_a_younger_one_could_yield_sooner(
+    on, waiting, running, snapshot
+):
+    # A started first but took 30 s to start up: it has trained a lease only at 130. B
+    # started later and may yield now. Round robin keeps its order: A yields, at 130.
+    a = running("A", on("n1", 0, 1), since=0.0, expires=100.0, startup_s=30.0)
+    b = running("B", on("n2", 0, 1), since=10.0, expires=110.0)
+    decision = FifoPolicy().decide(
+        snapshot(110.0, active=[a, b], queued=[waiting("H", 2, queued_since=1.0)])
+    )
+    assert decision == Decision(renew=(Renew("A", 20.0), Renew("B", LEASE)))
+
+
 def test_a_slow_starter_is_passed_over_for_a_job_that_trained(on, waiting, running, snapshot):
     # Both expired; Y is older but has not trained yet, so X yields instead.
     x = running("X", on("n2", 0, 1), since=20.0, expires=120.0)
