@@ -91,7 +91,7 @@ def _may_yield_at(job: JobView, lease_s: float) -> float:
 def _victims_to_fit(
     free: dict[str, tuple[int, ...]], running: list[JobView], job: JobView
 ) -> list[JobView]:
-    """The first of ``running`` (in its order) whose release lets ``job`` fit."""
+    """The shortest prefix of ``running`` whose release lets ``job`` fit ([] if none does)."""
     chosen: list[JobView] = []
     for victim in running:
         chosen.append(victim)
