@@ -51,6 +51,7 @@ from mlsched.model import (
     TargetMetricStop,
 )
 from mlsched.spec_elastic import elastic_to_dict, parse_elastic
+from mlsched.spec_section import open_section
 
 MAX_GPUS = 1024
 MAX_ITERATIONS = 10**12
@@ -471,17 +472,10 @@ def _mlfs(
     value: Any, processes: int, stopping: StoppingCriterion | None, problems: list[str]
 ) -> MlfsSpec:
     """The ``mlfs`` section; ``processes`` is 0 when the GPU fields are already wrong."""
+    before = len(problems)
+    value = open_section("mlfs", value, _MLFS_FIELDS, problems)
     if value is None:
         return MlfsSpec()
-    if not isinstance(value, Mapping):
-        problems.append(f"mlfs: must be a mapping with fields {', '.join(_MLFS_FIELDS)}")
-        return MlfsSpec()
-    before = len(problems)
-    unknown = sorted(set(map(str, value)) - set(_MLFS_FIELDS))
-    if unknown:
-        problems.append(
-            f"mlfs: unknown field(s): {', '.join(unknown)}; valid: {', '.join(_MLFS_FIELDS)}"
-        )
     urgency = _urgency(value.get("urgency"), problems)
     partitions = _partitions(value.get("partitions"), processes, problems)
     dependencies = _dependencies(value.get("dependencies"), len(partitions), problems)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mlsched.model import BatchRule, ElasticSpec
+from mlsched.spec_section import open_section
 
 ELASTIC_FIELDS = ("min_gpus", "max_gpus", "batch", "max_batch_size", "lr_scaling")
 _LR_SCALING = {"none": False, "linear": True}
@@ -35,17 +36,10 @@ def parse_elastic(
     value: Any, gpus: int, per_process: int, batch_size: int, problems: list[str]
 ) -> ElasticSpec:
     """The validated section; ``gpus`` / ``per_process`` are 0 when already found wrong."""
+    before = len(problems)
+    value = open_section("elastic", value, ELASTIC_FIELDS, problems)
     if value is None:
         return ElasticSpec()
-    if not isinstance(value, Mapping):
-        problems.append(f"elastic: must be a mapping with fields {', '.join(ELASTIC_FIELDS)}")
-        return ElasticSpec()
-    before = len(problems)
-    unknown = sorted(set(map(str, value)) - set(ELASTIC_FIELDS))
-    if unknown:
-        problems.append(
-            f"elastic: unknown field(s): {', '.join(unknown)}; valid: {', '.join(ELASTIC_FIELDS)}"
-        )
     low = _count(value, "min_gpus", per_process, problems)
     high = _count(value, "max_gpus", per_process, problems)
     if low and high and low > high:
