@@ -21,16 +21,18 @@ from __future__ import annotations
 import bisect
 import csv
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 
 from simulator.jobmodel import SpeedModel, TraceJobModel
 from simulator.trace import TraceError
 from simulator.types import ElasticProfile, TraceJob
 
 NODE_GPUS = 4  # Pollux's measurements are on 4-GPU nodes
+RESCALE_S = 1.0  # ONES §4.3, Fig. 16: an in-place batch change pauses training about 1 s
 STRETCH = 2  # ours: an elastic job may grow to twice its request (and shrink to 1 GPU)
 ONES_APP = {
     "imagenet": "imagenet",
@@ -98,6 +100,123 @@ def placement_key(gpus: int) -> str:
     return "".join(str(c) for c in sorted(counts))
 
 
+@dataclass(frozen=True)
+class BatchProfile(ElasticProfile):
+    """An elastic job whose batch the scheduler picks (``elastic.batch: scheduler``, issue 15).
+
+    ``batch``: the trace's global batch on ``gpus`` (its request), at which the trace's
+    duration ``base_s`` and ``samples`` (samples to the target) hold; ``max_batch``: the largest
+    the scheduler may pick; ``critical``: B_crit of the samples-to-target model
+    E(b) = E_min (1 + b / B_crit) (:func:`critical_batch`); ``accuracy``: (fraction of work,
+    validation metric) points; ``epoch``: samples per epoch; ``tables``: the step times of the
+    job's Pollux application."""
+
+    batch: int = 0
+    gpus: int = 1
+    base_s: float = 1.0
+    max_batch: int = 0
+    samples: float = 0.0
+    critical: float = math.inf
+    accuracy: tuple[tuple[float, float], ...] = ()
+    epoch: int = 0
+    tables: AppTables | None = field(default=None, compare=False, repr=False)
+
+    def samples_needed(self, batch: int) -> float:
+        """E(b): samples to the target at global batch ``b`` (E(batch) = ``samples``)."""
+        if math.isinf(self.critical):
+            return self.samples
+        return self.samples * (self.critical + batch) / (self.critical + self.batch)
+
+    def throughput(self, gpus: int, batch: int) -> float:
+        """Samples per second on ``gpus`` packed GPUs at global batch ``batch``: the measured
+        rate (batch / step time) over the rate at the trace's allocation, times the trace's
+        throughput (``samples / base_s``)."""
+        own = self.samples / self.base_s
+        if self.tables is None:
+            return own * self.speedup[min(gpus, len(self.speedup)) - 1]
+        return own * _rate(self.tables, gpus, batch) / _rate(self.tables, self.gpus, self.batch)
+
+    def speed(self, gpus: int, batch: int) -> float:
+        """Progress per second over that at the trace's allocation: the throughput ratio times
+        E(batch) / E(b) (a larger batch needs more samples)."""
+        ratio = self.throughput(gpus, batch) * self.base_s / self.samples
+        return ratio * self.samples / self.samples_needed(batch)
+
+
+def batch_metrics(
+    profile: BatchProfile,
+    reported: Mapping[str, float],
+    fraction: float,
+    samples: float,
+    batch: int,
+    gpus: int,
+) -> Mapping[str, float]:
+    """A scheduler-batched job's metrics: ``reported`` (its loss at the last epoch's end) plus
+    ``samples`` processed, completed ``epoch``s, ``epoch_size``, ``initial_loss``, validation
+    ``accuracy`` after ``fraction`` of its work, ``batch_size`` and, training on ``gpus`` > 0
+    GPUs, the measured ``throughput`` (samples per second)."""
+    out = dict(reported)
+    out["samples"] = samples
+    out["epoch_size"] = float(profile.epoch)
+    out["epoch"] = float(int(samples // profile.epoch)) if profile.epoch else 0.0
+    out["initial_loss"] = profile.loss[0][1]
+    if profile.accuracy:
+        out["accuracy"] = ElasticProfile(0, 0, (), profile.accuracy).loss_at(fraction)
+    out["batch_size"] = float(batch)
+    if gpus:
+        out["throughput"] = profile.throughput(gpus, batch)
+    return MappingProxyType(out)
+
+
+def _rate(tables: AppTables, gpus: int, batch: int) -> float:
+    """Measured samples per second on ``gpus`` GPUs at global ``batch``; linear in the GPU
+    count between the nearest counts with a row where ``gpus`` has none."""
+    step = tables.step_time(gpus, batch)
+    if step is not None and step > 0:
+        return batch / step
+    below = next((g for g in range(gpus - 1, 0, -1) if tables.step_time(g, batch)), None)
+    above = next((g for g in range(gpus + 1, 129) if tables.step_time(g, batch)), None)
+    if below is None and above is None:
+        raise ValueError(f"no step time measured for any GPU count at batch {batch}")
+    if below is None or above is None:
+        g = below or above
+        return _rate(tables, g, batch) * gpus / g  # beyond the table: linear in GPUs
+    lo, hi = _rate(tables, below, batch), _rate(tables, above, batch)
+    return lo + (hi - lo) * (gpus - below) / (above - below)
+
+
+@cache
+def critical_batch(data: Path, app: str) -> float:
+    """B_crit of E(b) = E_min (1 + b / B_crit) (McCandlish et al.'s examples-to-result curve),
+    fitted by weighted least squares (weights 1 / E) to the samples each of the app's Pollux
+    validation curves needs to reach 97 % of the worst final metric among them (a falling
+    metric: the worst over 0.97); infinite when E does not grow with the batch."""
+    curves = app_tables(data, app).curves
+    rising = [c[-1][1] > c[0][1] for c in curves.values()]
+    up = sum(rising) * 2 >= len(rising)
+    best = [max(v for _, v in c) if up else min(v for _, v in c) for c in curves.values()]
+    target = min(best) * 0.97 if up else max(best) / 0.97
+    xs, ys = [], []
+    for batch, curve in curves.items():
+        hit = next((k for k, v in curve if (v >= target if up else v <= target)), None)
+        if hit is not None:
+            xs.append(float(batch))
+            ys.append(float(hit * batch))
+    if len(xs) < 2:
+        return math.inf
+    # minimise sum ((a + c b - E) / E)^2 over a (E_min) and c (E_min / B_crit)
+    w = [1.0 / y for y in ys]
+    s00 = sum(wi * wi for wi in w)
+    s01 = sum(wi * wi * x for wi, x in zip(w, xs, strict=True))
+    s11 = sum(wi * wi * x * x for wi, x in zip(w, xs, strict=True))
+    t0 = sum(wi * wi * y for wi, y in zip(w, ys, strict=True))
+    t1 = sum(wi * wi * x * y for wi, x, y in zip(w, xs, ys, strict=True))
+    det = s00 * s11 - s01 * s01
+    a = (t0 * s11 - t1 * s01) / det
+    c = (s00 * t1 - s01 * t0) / det
+    return a / c if a > 0 and c > 0 else math.inf
+
+
 @cache
 def app_tables(data: Path, app: str) -> AppTables:
     folder = data / "pollux" / "traces" / app
@@ -126,12 +245,44 @@ def _as_loss(points: Sequence[tuple[float, float]]) -> tuple[tuple[float, float]
     return tuple((x, sign * y) for x, y in points)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What a loader measured of one job: its curves, duration and samples at its batch."""
+
+    loss: tuple[tuple[float, float], ...]
+    accuracy: tuple[tuple[float, float], ...]
+    seconds: float
+    samples: float
+    epoch: int
+
+
 def _profile(
-    app: AppTables, requested: int, batch: int, loss: tuple[tuple[float, float], ...], src: str
-) -> ElasticProfile:
+    app: AppTables,
+    requested: int,
+    batch: int,
+    run: _Run,
+    src: str,
+    most_batch: int,
+    critical: float,
+) -> BatchProfile:
     most = min(STRETCH * requested, max(batch, 1), 64)
     most = max(most, requested)
-    return ElasticProfile(1, most, app.speedups(requested, most, batch), loss, src)
+    return BatchProfile(
+        1,
+        most,
+        app.speedups(requested, most, batch),
+        run.loss,
+        src,
+        batch=batch,
+        gpus=requested,
+        base_s=run.seconds,
+        max_batch=max(most_batch, batch),
+        samples=run.samples,
+        critical=critical,
+        accuracy=run.accuracy,
+        epoch=run.epoch,
+        tables=app,
+    )
 
 
 def load_pollux(path: str | Path, data: str | Path) -> list[TraceJob]:
@@ -152,7 +303,10 @@ def load_pollux(path: str | Path, data: str | Path) -> list[TraceJob]:
         step = app.step_time(gpus, batch)
         if step is None or gpus < 1:
             raise TraceError(path, line, "num_replicas", f"no measurement for {gpus} GPUs")
-        loss = _as_loss([(0.0, curve[0][1])] + [(k / last, v) for k, v in curve])
+        metric = [(0.0, curve[0][1])] + [(k / last, v) for k, v in curve]
+        small = min(app.curves)  # Pollux validates once an epoch at its smallest batch
+        epoch = app.curves[small][0][0] * small
+        run = _Run(_as_loss(metric), tuple(metric), iterations * step, last * nearest, epoch)
         jobs.append(
             TraceJob(
                 id=row["name"],
@@ -162,7 +316,15 @@ def load_pollux(path: str | Path, data: str | Path) -> list[TraceJob]:
                 gpus=gpus,
                 model=app_name,
                 iterations=iterations,
-                elastic=_profile(app, gpus, batch, loss, f"pollux/{app_name}"),
+                elastic=_profile(
+                    app,
+                    gpus,
+                    batch,
+                    run,
+                    f"pollux/{app_name}",
+                    max(app.curves),  # the largest batch Pollux trained it at
+                    critical_batch(data, app_name),
+                ),
             )
         )
     return sorted(jobs, key=lambda j: j.submit_s)
@@ -210,6 +372,7 @@ def load_ones(path: str | Path, data: str | Path) -> list[TraceJob]:
         try:
             gpus, per_gpu = int(row["num_gpus"]), int(row["batch_size"])
             epoch, target = int(row["epoch_size"]), float(row["target_acc"])
+            lr_room = float(row["max_lr"]) / float(row["lr"])
             submit, task = float(row["time"]), row["task"]
         except (KeyError, ValueError) as exc:
             raise TraceError(path, line, None, f"bad row: {exc}") from None
@@ -218,27 +381,34 @@ def load_ones(path: str | Path, data: str | Path) -> list[TraceJob]:
         app = app_tables(data, ONES_APP[task])
         batch = per_gpu * gpus
         if task == "cifar":
-            loss, seconds, iterations = _pollux_cifar(app, batch, target, gpus)
+            run = _pollux_cifar(app, batch, target, gpus, epoch)
         else:
-            loss, seconds, iterations = _ones_history(data, task, epoch, target, batch)
+            run = _ones_history(data, task, epoch, target)
+        iterations = max(1, round(run.samples / batch))
         jobs.append(
             TraceJob(
                 id=f"{line - 2}",
                 user="",
                 submit_s=submit,
-                duration_s=seconds,
+                duration_s=run.seconds,
                 gpus=gpus,
                 model=f"{row['model']}-{task}",
                 iterations=iterations,
-                elastic=_profile(app, gpus, batch, loss, f"ones/{task}"),
+                elastic=_profile(
+                    app,
+                    gpus,
+                    batch,
+                    run,
+                    f"ones/{task}",
+                    int(batch * max(lr_room, 1.0)),  # linear scaling up to max_lr
+                    critical_batch(data, ONES_APP[task]),
+                ),
             )
         )
     return sorted(jobs, key=lambda j: j.submit_s)
 
 
-def _ones_history(
-    data: Path, task: str, epoch: int, target: float, batch: int
-) -> tuple[tuple[tuple[float, float], ...], float, int]:
+def _ones_history(data: Path, task: str, epoch: int, target: float) -> _Run:
     family = "bert" if ONES_APP[task] == "bert" else "imagenet"
     pool = [c for c in ones_curves(data) if c.family == family]
     curve = min(pool, key=lambda c: (abs(math.log(c.epoch_size / epoch)), -len(c.losses)))
@@ -252,21 +422,21 @@ def _ones_history(
     else:
         points[0] = (0.0, losses[0])
     samples = epochs * epoch
-    return tuple(points), samples / curve.throughput, max(1, samples // batch)
+    accuracy = ((0.0, 0.0), *((k / epochs, a) for k, a in enumerate(curve.accs[:epochs], 1)))
+    return _Run(tuple(points), accuracy, samples / curve.throughput, samples, epoch)
 
 
-def _pollux_cifar(
-    app: AppTables, batch: int, target: float, gpus: int
-) -> tuple[tuple[tuple[float, float], ...], float, int]:
+def _pollux_cifar(app: AppTables, batch: int, target: float, gpus: int, epoch: int) -> _Run:
     nearest = min(app.curves, key=lambda b: (abs(math.log(b / batch)), b))
     curve = app.curves[nearest]
     end = next((i for i, (_, v) in enumerate(curve) if v >= target), len(curve) - 1)
     end = max(end, 2)
     last = curve[end][0]
-    loss = _as_loss([(0.0, curve[0][1])] + [(k / last, v) for k, v in curve[: end + 1]])
+    metric = [(0.0, curve[0][1])] + [(k / last, v) for k, v in curve[: end + 1]]
     iterations = max(1, round(last * nearest / batch))
     step = app.step_time(gpus, batch) or 1.0
-    return loss, iterations * step, iterations
+    samples = float(iterations * batch)
+    return _Run(_as_loss(metric), tuple(metric), iterations * step, samples, epoch)
 
 
 class ElasticJobModel(TraceJobModel):

@@ -55,6 +55,7 @@ from mlsched.model import (
     SpeedSample,
     TargetMetricStop,
 )
+from simulator.elastic import RESCALE_S, BatchProfile, batch_metrics
 from simulator.types import RESOURCES, JobModel, JobRecord, SimResult, TraceJob
 
 _ARRIVE, _RELEASE, _FINISH = 0, 1, 2
@@ -106,6 +107,8 @@ class _Job:
         "attempt",
         "attempt_start",
         "base_speed",
+        "batch",
+        "batch_samples",
         "cross_mb",
         "deadline_at",
         "factor",
@@ -170,6 +173,17 @@ class _Job:
             self.grid_values = tuple(v for _, _, v in points)
             self.history = [(0, profile.loss[0][1])]
             elastic = ElasticSpec(profile.min_gpus, profile.max_gpus, BatchRule.FIXED_GLOBAL)
+        # issue 15: the scheduler picks the batch (Resize.batch_size); 0 for other jobs
+        self.batch = trace.elastic.batch if isinstance(trace.elastic, BatchProfile) else 0
+        self.batch_samples = 0.0  # samples processed up to the last change of course
+        if self.batch:
+            elastic = ElasticSpec(
+                elastic.min_gpus,
+                elastic.max_gpus,
+                BatchRule.SCHEDULER,
+                trace.elastic.max_batch,
+                True,
+            )
         self.passed = 0  # grid points passed
         self.next_point = self.grid[0][0] if self.grid else math.inf
         self.spec = spec = JobSpec(
@@ -181,6 +195,7 @@ class _Job:
             deadlines=trace.deadlines,
             mlfs=trace.mlfs or MlfsSpec(),
             elastic=elastic,
+            batch_size=self.batch,
         )
         self.record = JobRecord(job=trace)
         self.fields: dict[str, object] = {
@@ -457,6 +472,8 @@ class Simulation:
                 self._update_losses(job, iteration)
             values.update(job.fields)
             values["iteration"] = iteration
+            if job.batch:
+                values["metrics"] = self._batch_metrics(job, remaining, training=True)
         else:
             values.update(job.fields)
             remaining = job.remaining
@@ -540,14 +557,18 @@ class Simulation:
                 self._result.refused_migrations += 1
         for item in decision.resize:
             job = self._active.get(item.job_id)
-            gpus = 0
+            gpus = batch = 0
             if job is not None and job.trace.elastic is not None and item.job_id not in handled:
                 gpus = self._fits(item.placement, job)
                 gpus = gpus if gpus >= job.trace.elastic.min_gpus else 0
-            if job is not None and gpus:
-                if item.placement == job.placement:  # nothing to move: a renewal
+                batch = self._batch_for(job, item.batch_size, gpus)
+            if job is not None and gpus and batch >= 0:
+                if item.placement == job.placement and batch == job.batch:  # a renewal
                     job.fields["lease_expires_at"] = self._now + item.lease_s
+                elif item.placement == job.placement:  # in place: a batch change only
+                    self._rebatch(job, batch, item.lease_s)
                 else:
+                    job.batch = batch
                     self._migrate(job, item.placement, item.lease_s, gpus, resize=True)
                 handled.add(item.job_id)
             else:
@@ -568,6 +589,53 @@ class Simulation:
                 self._launch(job, item.placement, item.lease_s, gpus)
             else:
                 self._result.refused_launches += 1
+
+    def _batch_for(self, job: _Job, asked: int, gpus: int) -> int:
+        """The global batch a resize to ``gpus`` GPUs leaves a job at (issue 15): ``asked``, or
+        its current one (at least one sample per GPU) when 0; -1 when the order is invalid (a
+        batch for a job whose batch is not the scheduler's, or outside ``gpus..max_batch``)."""
+        if not job.batch:
+            return -1 if asked else 0
+        if not asked:
+            return max(job.batch, gpus)
+        return asked if gpus <= asked <= job.spec.elastic.max_batch_size else -1
+
+    def _speed(self, job: _Job, gpus: int, nodes: int) -> float:
+        """The job model's speed, or a scheduler-batched job's at its batch (issue 15)."""
+        if job.batch:
+            return job.trace.elastic.speed(gpus, job.batch)
+        return self._model.speed(job.trace, gpus, nodes)
+
+    def _rebatch(self, job: _Job, batch: int, lease_s: float) -> None:
+        """Change a running job's batch in place (ONES §3.3.1): training pauses ``RESCALE_S``
+        (ONES Fig. 16: about 1 s), then goes on at the new batch's speed on the same GPUs."""
+        self._settle(job)
+        job.batch = batch
+        job.record.resizes += 1
+        job.base_speed = max(self._speed(job, *job.shape), _EPS)
+        job.speed = max(job.base_speed * job.factor, _EPS)
+        job.progress_from = max(job.progress_from, self._now) + RESCALE_S
+        job.fields["training_since"] = job.progress_from
+        job.fields["lease_expires_at"] = self._now + lease_s
+        self._mark(job, job.progress_from, job.work - job.remaining)
+        job.version += 1
+        finish = job.progress_from + job.remaining / job.speed
+        self._push(finish, _FINISH, self._index(job), job.version)
+
+    def _batch_metrics(self, job: _Job, remaining: float, training: bool) -> Mapping[str, float]:
+        """What a scheduler-batched job's trainer reports (ONES §3.1: processed samples, loss,
+        validation accuracy at each epoch's end; its batch and measured throughput)."""
+        done = (job.remaining - remaining) / job.work if job.work > 0 else 0.0
+        samples = job.batch_samples + done * job.trace.elastic.samples_needed(job.batch)
+        fraction = (job.work - remaining) / job.work if job.work > 0 else 1.0
+        return batch_metrics(
+            job.trace.elastic,
+            job.fields["metrics"],
+            fraction,
+            samples,
+            job.batch,
+            job.gpus if training else 0,
+        )
 
     def _fits(self, placement: tuple[TaskPlacement, ...], job: _Job) -> int:
         """The GPU count of ``placement`` if the job may launch (or, active, move) onto it, else
@@ -622,7 +690,7 @@ class Simulation:
         job.gpus = gpus
         job.shape = (gpus, nodes)
         job.unobserved = True
-        job.base_speed = job.speed = max(self._model.speed(job.trace, gpus, nodes), _EPS)
+        job.base_speed = job.speed = max(self._speed(job, gpus, nodes), _EPS)
         job.attempt_start = now
         job.progress_from = now + overhead
         self._mark(job, now, job.work - job.remaining)
@@ -676,6 +744,8 @@ class Simulation:
         fields["training_since"] = None
         fields["attained_gpu_s"] = job.record.gpu_s
         fields["estimated_remaining_s"] = job.remaining
+        if job.batch:
+            fields["metrics"] = self._batch_metrics(job, job.remaining, training=False)
         self._enqueue(job)
 
     def _complete(self, job: _Job) -> None:
@@ -754,7 +824,7 @@ class Simulation:
         job.gpus = gpus
         job.shape = (gpus, nodes)
         job.unobserved = True
-        job.base_speed = job.speed = max(self._model.speed(job.trace, gpus, nodes), _EPS)
+        job.base_speed = job.speed = max(self._speed(job, gpus, nodes), _EPS)
         job.attempt_start = now
         job.progress_from = now + overhead
         self._mark(job, job.progress_from, job.work - job.remaining)
@@ -778,6 +848,9 @@ class Simulation:
         if job.state is not _RUNNING:
             return
         remaining = job.remaining_at(self._now)
+        if job.batch and job.work > 0:  # samples at the batch trained since the last change
+            needed = job.trace.elastic.samples_needed(job.batch)
+            job.batch_samples += (job.remaining - remaining) / job.work * needed
         if job.cross_mb:
             iterations = (job.remaining - remaining) * job.iteration_scale
             job.record.bandwidth_gb += iterations * job.cross_mb / 1000.0
