@@ -35,7 +35,7 @@ from nodeagent.overload import (
     machine_capacity,
     measure_load,
 )
-from nodeagent.selffence import SelfFence, self_fence_margin_s
+from nodeagent.selffence import SelfFence, ShimFence, self_fence_margin_s, shim_fence
 from nodeagent.tasks import NodeShape, TaskManager
 from nodeagent.trainer_service import TrainerServer
 
@@ -122,6 +122,8 @@ class NodeAgent:
                 kill_grace_s=cfg.kill_grace_s,
                 progress_min_interval_s=cfg.progress_min_interval_s,
                 clock=self._clock,
+                save_extension_s=cfg.suspend_save_extension_s,
+                shim_fence=self._shim_fence,
             )
             adopted = self._tasks.adopt_existing()
             if adopted:
@@ -286,6 +288,11 @@ class NodeAgent:
         configured = self._config.self_fence_after_s
         return min(configured, learnt) if learnt > 0 else configured
 
+    def _shim_fence(self) -> ShimFence:
+        """The deadlines a new task's shim gets for when this agent falls silent."""
+        cfg = self._config
+        return shim_fence(self._fence_after_s(), cfg.suspend_grace_s, cfg.suspend_save_extension_s)
+
     def _self_fence(self) -> None:
         if self._fence is not None:
             self._fence.check()
@@ -306,6 +313,7 @@ class NodeAgent:
                 cfg.metrics_interval_s,
                 cfg.suspend_grace_s,
                 cfg.task_poll_interval_s,
+                cfg.suspend_save_extension_s,
             ),
         )
 

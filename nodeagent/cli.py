@@ -95,6 +95,15 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         help="default suspend grace before SIGTERM, and again before SIGKILL (default: 30)",
     )
     parser.add_argument(
+        "--suspend-save-extension",
+        dest="agent_suspend_save_extension",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a suspension whose trainer reports a checkpoint save in progress waits up to this"
+        " much longer than twice the grace before SIGKILL (default: 30)",
+    )
+    parser.add_argument(
         "--trainer-listen",
         dest="agent_trainer_listen",
         default="127.0.0.1:0",
@@ -241,6 +250,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         gpus=args.agent_gpus,
         metrics_interval_s=args.agent_metrics_interval,
         suspend_grace_s=args.agent_suspend_grace,
+        suspend_save_extension_s=args.agent_suspend_save_extension,
         trainer_listen=args.agent_trainer_listen,
         cpu_capacity=args.agent_cpu_capacity,
         memory_capacity=args.agent_memory_capacity,

@@ -44,6 +44,9 @@ class AgentConfig:
         suspend_grace_s: default grace of a suspension when the controller gives none: SuspendNow,
             then SIGTERM after the grace, then SIGKILL after the same grace again.
         kill_grace_s: grace between SIGTERM and SIGKILL when killing a task.
+        suspend_save_extension_s: how much longer than twice the grace a suspension waits for
+            a checkpoint save the trainer reports in progress (then SIGKILL); counted in the
+            self-fencing margin and the shim's own deadline.
         trainer_listen: where the TrainerService listens (``host:port``; port 0 picks one).
         reconnect_initial_s: first delay before reconnecting to the controller.
         reconnect_max_s: cap of the exponential reconnect backoff (jitter +-20 %). Once registered,
@@ -80,6 +83,7 @@ class AgentConfig:
     metrics_interval_s: float = 5.0
     suspend_grace_s: float = 30.0
     kill_grace_s: float = 5.0
+    suspend_save_extension_s: float = 30.0
     trainer_listen: str = "127.0.0.1:0"
     reconnect_initial_s: float = 0.5
     reconnect_max_s: float = 10.0
@@ -113,8 +117,13 @@ class AgentConfig:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0")
-        for name in ("suspend_grace_s", "kill_grace_s", "progress_min_interval_s"):
-            if getattr(self, name) < 0:
+        for name in (
+            "suspend_grace_s",
+            "kill_grace_s",
+            "progress_min_interval_s",
+            "suspend_save_extension_s",
+        ):
+            if not getattr(self, name) >= 0:
                 raise ConfigError(f"{name} must be >= 0")
         if self.reconnect_max_s < self.reconnect_initial_s:
             raise ConfigError("reconnect_max_s must be >= reconnect_initial_s")

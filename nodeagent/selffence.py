@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from mlsched.client import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
@@ -30,15 +31,46 @@ class FencedTasks(Protocol):
     def suspend(self, ref: TaskRef, grace_s: float, reason: str) -> None: ...
 
 
-def self_fence_margin_s(metrics_interval_s: float, suspend_grace_s: float, poll_s: float) -> float:
+def self_fence_margin_s(
+    metrics_interval_s: float, suspend_grace_s: float, poll_s: float, save_extension_s: float = 0.0
+) -> float:
     """Seconds past (the last heartbeat the controller received + its heartbeat timeout) by
     which every task is gone.
 
     The session is seen broken at most a heartbeat interval plus keepalive detection after that
     heartbeat; at most the heartbeat timeout later (the agent's fencing delay never exceeds
-    it) the tasks are told to suspend, and the last SIGKILL comes twice the grace after that
-    (checked every ``poll_s``)."""
-    return metrics_interval_s + KEEPALIVE_DETECTION_S + 2 * suspend_grace_s + 2 * poll_s
+    it) the tasks are told to suspend, and the last SIGKILL comes twice the grace, plus at most
+    the save extension while a checkpoint save is in progress, after that (checked every
+    ``poll_s``)."""
+    return (
+        metrics_interval_s
+        + KEEPALIVE_DETECTION_S
+        + 2 * suspend_grace_s
+        + save_extension_s
+        + 2 * poll_s
+    )
+
+
+@dataclass(frozen=True)
+class ShimFence:
+    """What a task's trainer shim does when it hears nothing from its agent (an agent stopped
+    by SIGSTOP or a stalled VM cannot fence its tasks): after ``suspend_after_s`` of silence it
+    checkpoints and exits as if suspended; after ``exit_after_s`` it exits at once."""
+
+    suspend_after_s: float
+    exit_after_s: float
+
+
+def shim_fence(fence_after_s: float, suspend_grace_s: float, save_extension_s: float) -> ShimFence:
+    """The shim's deadlines: the agent's own self-fencing spans, F then F + 2G + X.
+
+    With a the last message the shim heard (the agent sends one every second) and h the last
+    heartbeat the controller received: the agent stopped before its next heartbeat, so
+    a <= h + I; the shim is gone by a + F + 2G + X <= h + T + (I + 2G + X) (F <= T), strictly
+    before the controller reuses the GPUs at h + T + M, M = I + K + 2G + X + 2P
+    (``self_fence_margin_s``): K + 2P of slack for the shim's own polling and exit."""
+    suspend_after = max(fence_after_s, 0.0)
+    return ShimFence(suspend_after, suspend_after + 2 * suspend_grace_s + save_extension_s)
 
 
 class SelfFence:

@@ -38,6 +38,7 @@ from nodeagent.model import (
 from nodeagent.paths import AgentPaths, is_safe_component
 from nodeagent.progress import ProgressRelay
 from nodeagent.records import RecordStore, TaskRecord
+from nodeagent.selffence import ShimFence
 from nodeagent.taskenv import TaskContext, build_task_env
 from nodeagent.trainer_channel import TrainerChannel
 
@@ -73,6 +74,8 @@ class _LiveTask:
     kill_at: float | None = None  # monotonic time to send SIGKILL
     term_sent: bool = False
     kill_sent: bool = False
+    saving: bool = False  # the trainer said a checkpoint save is in progress
+    save_cap: float | None = None  # monotonic: a save holds back escalation until then at most
 
 
 @dataclass(frozen=True)
@@ -105,7 +108,13 @@ class TaskManager:
         clock: Clock | None = None,
         spawn: SpawnFn = spawn_task,
         base_env: Mapping[str, str] | None = None,
+        save_extension_s: float = 0.0,
+        shim_fence: Callable[[], ShimFence] | None = None,
     ) -> None:
+        """``save_extension_s``: how much longer than twice the grace a suspension may wait
+        for a checkpoint save in progress; ``shim_fence``: the deadlines given to each new
+        task's shim for when it hears nothing from this agent (None: the shim never
+        fences itself)."""
         self._paths = paths
         self._node = node
         self._events = events
@@ -114,6 +123,8 @@ class TaskManager:
         self._clock = clock or SystemClock()
         self._spawn = spawn
         self._base_env = base_env
+        self._save_extension_s = save_extension_s
+        self._shim_fence = shim_fence
         self._store = RecordStore(paths)
         self._lock = threading.RLock()
         self._live: dict[TaskRef, _LiveTask] = {}
@@ -165,6 +176,7 @@ class TaskManager:
             grace = record.suspend_grace_s
             started = now_mono - (now_wall - record.suspend_started_at)
             task.term_at, task.kill_at = started + grace, started + 2 * grace
+            task.save_cap = task.kill_at + self._save_extension_s
         if record.kill_requested:
             started = now_mono - (now_wall - record.kill_started_at)
             task.term_at = started if task.term_at is None else min(task.term_at, started)
@@ -245,6 +257,10 @@ class TaskManager:
         )
         base_env = self._base_env if self._base_env is not None else os.environ
         env = build_task_env(request, context, base_env)
+        if self._shim_fence is not None:
+            fence = self._shim_fence()
+            env["MLSCHED_FENCE_SUSPEND_AFTER_S"] = repr(fence.suspend_after_s)
+            env["MLSCHED_FENCE_EXIT_AFTER_S"] = repr(fence.exit_after_s)
         cwd = Path(request.working_dir) if request.working_dir else self._paths.state_dir
         header = f"=== attempt {ref.attempt} on node {self._node.node_id} ==="
         log_path = self._paths.log_file(ref.job_id, ref.rank)
@@ -284,6 +300,7 @@ class TaskManager:
             now = self._clock.monotonic()
             task.term_at = now + grace
             task.kill_at = now + 2 * grace if task.kill_at is None else task.kill_at
+            task.save_cap = now + 2 * grace + self._save_extension_s
             log.info("suspending task %s (grace %.1fs): %s", ref, grace, reason or "no reason")
             self._events.task_status(record.status())
 
@@ -354,6 +371,8 @@ class TaskManager:
                 if exited is not None:
                     self._finish(task.record, task.channel, exited.returncode)
                     continue
+                if self._held_by_save(task, now):
+                    continue
                 if task.term_at is not None and now >= task.term_at and not task.term_sent:
                     log.info("task %s still running after the grace: SIGTERM", task.record.ref)
                     task.process.terminate()
@@ -362,6 +381,13 @@ class TaskManager:
                     log.warning("task %s still running after SIGTERM: SIGKILL", task.record.ref)
                     task.process.kill()
                     task.kill_sent = True
+
+    @staticmethod
+    def _held_by_save(task: _LiveTask, now: float) -> bool:
+        """A suspension (not a kill) waits for a save in progress, until its cap."""
+        if not task.saving or task.record.kill_requested or task.save_cap is None:
+            return False
+        return now < task.save_cap
 
     def _finish(
         self, record: TaskRecord, channel: TrainerChannel | None, returncode: int | None
@@ -482,6 +508,24 @@ class TaskManager:
             self._store.save(task.record)
             log.info("task %s saved checkpoint step %d (%s)", ref, step, path)
             self._events.task_status(task.record.status())
+
+    def on_save(self, ref: TaskRef, in_progress: bool, step: int) -> None:
+        """A trainer started (``in_progress``) or ended a checkpoint save.
+
+        A suspension's SIGTERM and SIGKILL wait while a save is in progress, at most the save
+        extension past twice the grace; a save that ends past the grace leaves the trainer
+        the kill grace to exit before SIGKILL (within that cap)."""
+        with self._lock:
+            task = self._live.get(ref)
+            if task is None:
+                return
+            task.saving = in_progress
+            if in_progress:
+                log.info("task %s is saving checkpoint step %d", ref, step)
+                return
+            now = self._clock.monotonic()
+            if task.save_cap is not None and task.kill_at is not None and not task.kill_sent:
+                task.kill_at = max(task.kill_at, min(task.save_cap, now + self._kill_grace_s))
 
     def on_restored(self, ref: TaskRef, step: int) -> None:
         """A trainer restored a checkpoint (step 0: fresh start)."""

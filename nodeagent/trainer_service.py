@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 TASK_ID_KEY = "mlsched-task-id"
 TASK_TOKEN_KEY = "mlsched-task-token"
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+# A session that sent nothing this long sends AgentAlive (the shim's self-fencing listens).
+ALIVE_INTERVAL_S = 1.0
+_ALIVE = trainer_pb2.TrainerSessionResponse(alive=trainer_pb2.AgentAlive())
 
 
 class TrainerBackend(Protocol):
@@ -44,14 +48,25 @@ class TrainerBackend(Protocol):
         """The trainer restored a checkpoint at start."""
         ...
 
+    def on_save(self, ref: TaskRef, in_progress: bool, step: int) -> None:
+        """A checkpoint save started or ended."""
+        ...
+
 
 class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
     """Implements ``TrainerSession``: requests update the task table, commands stream back."""
 
-    def __init__(self, backend: TrainerBackend, stopping: threading.Event, wait_s: float = 0.5):
+    def __init__(
+        self,
+        backend: TrainerBackend,
+        stopping: threading.Event,
+        wait_s: float = 0.5,
+        alive_interval_s: float = ALIVE_INTERVAL_S,
+    ):
         self._backend = backend
         self._stopping = stopping
-        self._wait_s = wait_s
+        self._wait_s = min(wait_s, alive_interval_s)
+        self._alive_interval_s = alive_interval_s
 
     def TrainerSession(
         self,
@@ -77,6 +92,8 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
             daemon=True,
         )
         reader.start()
+        yield _ALIVE  # the shim counts its silence from here (its self-fencing)
+        last_sent = time.monotonic()
         try:
             while not self._stopping.is_set() and context.is_active() and not reader_done.is_set():
                 try:
@@ -86,6 +103,10 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
                 if command is not None:
                     log.info("to trainer of %s: %s", ref, command)
                     yield convert.trainer_response_to_pb(command)
+                    last_sent = time.monotonic()
+                elif time.monotonic() - last_sent >= self._alive_interval_s:
+                    yield _ALIVE
+                    last_sent = time.monotonic()
         finally:
             log.info("trainer session of %s ended", ref)
 
@@ -117,6 +138,8 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
             self._backend.on_checkpoint(ref, saved.step, saved.path)
         elif kind == "restored":
             self._backend.on_restored(ref, request.restored.step)
+        elif kind == "save":
+            self._backend.on_save(ref, request.save.in_progress, request.save.step)
 
 
 def advertised_target(listen: str, port: int) -> str:

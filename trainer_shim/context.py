@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -29,6 +29,7 @@ from trainer_shim.checkpoint import (
 )
 from trainer_shim.env import TaskEnv, parse_env, resolve_agent_addr
 from trainer_shim.exit_record import ExitRecord, write_exit_record
+from trainer_shim.selffence import FenceThread, SilenceWatch
 from trainer_shim.session import AgentSession
 from trainer_shim.stopping import ControlState, StoppingCriteria, Target
 
@@ -37,6 +38,7 @@ __all__ = ["JobContext", "RestoreInfo", "init"]
 log = logging.getLogger("trainer_shim")
 
 CHECKPOINT_FORMAT = 1
+SELF_FENCE_EXIT_CODE = 75  # EX_TEMPFAIL: the exit record says "suspended"
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,17 @@ class JobContext:
                 on_command=self._on_command,
                 report_interval=report_interval,
             )
+        # Self-fencing when the agent falls silent (trainer_shim/selffence.py).
+        self._silence_fenced: str | None = None
+        self._exit_fn: Callable[[int], None] = os._exit
+        self._fence_thread: FenceThread | None = None
+        self._silence: SilenceWatch | None = None
+        suspend_after, exit_after = task_env.fence_suspend_after_s, task_env.fence_exit_after_s
+        if self._session is not None and suspend_after is not None and exit_after is not None:
+            self._silence = SilenceWatch(suspend_after, exit_after, time.monotonic())
+            self._fence_thread = FenceThread(
+                self._silence, time.monotonic, self._on_silence, self._on_silence_exit
+            )
         # Training-thread state.
         self._step = 0
         self._loss: float | None = None
@@ -187,6 +200,8 @@ class JobContext:
             self._sigterm_installed = True
         if self._session is not None:
             self._session.start()
+        if self._fence_thread is not None:
+            self._fence_thread.start()
 
     def __enter__(self) -> JobContext:
         return self
@@ -208,6 +223,8 @@ class JobContext:
         if self._closed:
             return
         self._closed = True
+        if self._fence_thread is not None:
+            self._fence_thread.stop()
         try:
             record = self._exit_record(exc)
             if self._exit_file is not None:
@@ -217,7 +234,9 @@ class JobContext:
                     log.exception("cannot write the exit record %s", self._exit_file)
             if self._session is not None:
                 self._send_restored(self._restored_step, only_if_unsent=True)
-                self._session.close(self._flush_timeout)
+                # A silent agent is not waited for: the fencing deadline counts.
+                flush = self._flush_timeout if self._silence_fenced is None else 0.5
+                self._session.close(flush)
             if self._owns_process_group:
                 distributed.destroy_process_group()
         finally:
@@ -242,7 +261,31 @@ class JobContext:
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self._sigterm = True
 
+    def _on_silence(self, reason: str) -> None:
+        """The agent has been silent past the first deadline: suspend (checkpoint and exit)."""
+        log.error("%s: suspending (checkpoint, then exit)", reason)
+        self._silence_fenced = reason
+        self._control.request_suspend(reason)
+
+    def _on_silence_exit(self, reason: str) -> None:
+        """Past the second deadline: record a suspension and end the process now."""
+        self._silence_fenced = reason
+        checkpoint_step = self._checkpoint_step
+        if checkpoint_step is None:
+            checkpoint_step = self._restored_step
+        record = ExitRecord("suspended", self._step, checkpoint_step, reason)
+        if self._exit_file is not None:
+            try:
+                write_exit_record(self._exit_file, record)
+            except OSError:
+                log.exception("cannot write the exit record %s", self._exit_file)
+        log.error("%s (step %d, checkpoint step %d)", reason, self._step, checkpoint_step)
+        logging.shutdown()
+        self._exit_fn(SELF_FENCE_EXIT_CODE)
+
     def _on_command(self, response: trainer_pb2.TrainerSessionResponse) -> None:
+        if self._silence is not None:
+            self._silence.heard(time.monotonic())
         kind = response.WhichOneof("message")
         if kind == "suspend":
             self._control.request_suspend(_describe("SuspendNow", response.suspend.reason))
@@ -251,7 +294,11 @@ class JobContext:
         elif kind == "change_batch_size":
             self._control.request_batch_size(response.change_batch_size.batch_size)
         elif kind == "lease":
+            if not response.lease.renewed:  # the controller ended the lease: suspend now
+                self._control.request_suspend("lease expired and not renewed")
             self._control.set_lease(response.lease.expires_at, response.lease.renewed)
+        elif kind == "alive":
+            pass  # counted above
         else:
             log.debug("ignoring unknown agent command %s", response)
 
@@ -500,16 +547,25 @@ class JobContext:
             "world_size": self.world_size,
             "saved_at": time.time(),
         }
+        self._send_save_state(True, step)
         try:
             path = self._store.save(step, payload)
         except StaleCheckpointWrite as exc:  # logged by the store
             self._fenced(exc)
             return None
+        finally:
+            self._send_save_state(False, step)
         if self._session is not None:
             self._send_restored(self._restored_step, only_if_unsent=True)
             notice = trainer_pb2.CheckpointSaved(step=step, path=str(path.resolve()))
             self._session.send_notice(trainer_pb2.TrainerSessionRequest(checkpoint_saved=notice))
         return path
+
+    def _send_save_state(self, in_progress: bool, step: int) -> None:
+        """Tell the agent a save started or ended: a suspension waits for a save in progress."""
+        if self._session is not None:
+            state = trainer_pb2.SaveState(in_progress=in_progress, step=step)
+            self._session.send_notice(trainer_pb2.TrainerSessionRequest(save=state))
 
     def _fenced(self, exc: StaleCheckpointWrite) -> None:
         """A newer attempt owns the checkpoints: this one must stop (should_suspend says so)."""

@@ -7,6 +7,7 @@ typed, immutable `TaskEnv`. Parsing never touches the network or the file system
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ class TaskEnv:
     master_addr: str | None = None
     master_port: int | None = None
     omp_num_threads: int | None = None
+    fence_suspend_after_s: float | None = None  # agent silent this long: suspend (self-fencing)
+    fence_exit_after_s: float | None = None  # agent silent this long: exit at once
 
     @property
     def in_cluster(self) -> bool:
@@ -72,6 +75,19 @@ def _get_int(environ: Mapping[str, str], name: str, *, minimum: int = 0) -> int 
         raise ValueError(f"{name}={raw!r} is not an integer") from None
     if value < minimum:
         raise ValueError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def _get_seconds(environ: Mapping[str, str], name: str) -> float | None:
+    raw = _get(environ, name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={raw!r} must be a positive number of seconds")
     return value
 
 
@@ -158,7 +174,20 @@ def parse_env(environ: Mapping[str, str] | None = None) -> TaskEnv:
         master_addr=_get(env, "MASTER_ADDR"),
         master_port=_get_int(env, "MASTER_PORT"),
         omp_num_threads=_get_int(env, "OMP_NUM_THREADS", minimum=1),
+        **_fence_deadlines(env),
     )
+
+
+def _fence_deadlines(env: Mapping[str, str]) -> dict[str, float | None]:
+    suspend_after = _get_seconds(env, "MLSCHED_FENCE_SUSPEND_AFTER_S")
+    exit_after = _get_seconds(env, "MLSCHED_FENCE_EXIT_AFTER_S")
+    if (suspend_after is None) != (exit_after is None):
+        raise ValueError(
+            "MLSCHED_FENCE_SUSPEND_AFTER_S and MLSCHED_FENCE_EXIT_AFTER_S must be set together"
+        )
+    if suspend_after is not None and exit_after is not None and exit_after < suspend_after:
+        raise ValueError("MLSCHED_FENCE_EXIT_AFTER_S must be >= MLSCHED_FENCE_SUSPEND_AFTER_S")
+    return {"fence_suspend_after_s": suspend_after, "fence_exit_after_s": exit_after}
 
 
 def resolve_agent_addr(task_env: TaskEnv) -> str | None:

@@ -20,15 +20,25 @@ class Restored(_message.Message):
     step: int
     def __init__(self, step: _Optional[int] = ...) -> None: ...
 
+class SaveState(_message.Message):
+    __slots__ = ("in_progress", "step")
+    IN_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    in_progress: bool
+    step: int
+    def __init__(self, in_progress: _Optional[bool] = ..., step: _Optional[int] = ...) -> None: ...
+
 class TrainerSessionRequest(_message.Message):
-    __slots__ = ("progress", "checkpoint_saved", "restored")
+    __slots__ = ("progress", "checkpoint_saved", "restored", "save")
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_SAVED_FIELD_NUMBER: _ClassVar[int]
     RESTORED_FIELD_NUMBER: _ClassVar[int]
+    SAVE_FIELD_NUMBER: _ClassVar[int]
     progress: _common_pb2.Progress
     checkpoint_saved: CheckpointSaved
     restored: Restored
-    def __init__(self, progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., checkpoint_saved: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., restored: _Optional[_Union[Restored, _Mapping]] = ...) -> None: ...
+    save: SaveState
+    def __init__(self, progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., checkpoint_saved: _Optional[_Union[CheckpointSaved, _Mapping]] = ..., restored: _Optional[_Union[Restored, _Mapping]] = ..., save: _Optional[_Union[SaveState, _Mapping]] = ...) -> None: ...
 
 class SuspendNow(_message.Message):
     __slots__ = ("reason",)
@@ -56,14 +66,20 @@ class LeaseNotice(_message.Message):
     renewed: bool
     def __init__(self, expires_at: _Optional[float] = ..., renewed: _Optional[bool] = ...) -> None: ...
 
+class AgentAlive(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class TrainerSessionResponse(_message.Message):
-    __slots__ = ("suspend", "stop", "change_batch_size", "lease")
+    __slots__ = ("suspend", "stop", "change_batch_size", "lease", "alive")
     SUSPEND_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     CHANGE_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
+    ALIVE_FIELD_NUMBER: _ClassVar[int]
     suspend: SuspendNow
     stop: StopNow
     change_batch_size: ChangeBatchSize
     lease: LeaseNotice
-    def __init__(self, suspend: _Optional[_Union[SuspendNow, _Mapping]] = ..., stop: _Optional[_Union[StopNow, _Mapping]] = ..., change_batch_size: _Optional[_Union[ChangeBatchSize, _Mapping]] = ..., lease: _Optional[_Union[LeaseNotice, _Mapping]] = ...) -> None: ...
+    alive: AgentAlive
+    def __init__(self, suspend: _Optional[_Union[SuspendNow, _Mapping]] = ..., stop: _Optional[_Union[StopNow, _Mapping]] = ..., change_batch_size: _Optional[_Union[ChangeBatchSize, _Mapping]] = ..., lease: _Optional[_Union[LeaseNotice, _Mapping]] = ..., alive: _Optional[_Union[AgentAlive, _Mapping]] = ...) -> None: ...

@@ -284,6 +284,8 @@ def test_trainer_session_auth_progress_checkpoint_and_commands(
             received.append(response)
             if response.WhichOneof("message") == "suspend":
                 break
+        assert received[0].WhichOneof("message") == "alive"  # a session opens with AgentAlive
+        received = [r for r in received if r.WhichOneof("message") != "alive"]
         kinds = [r.WhichOneof("message") for r in received]
         assert kinds == ["change_batch_size", "lease", "suspend"]
         assert received[0].change_batch_size.batch_size == 64

@@ -5,9 +5,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
-from nodeagent_testkit import wait_until
+from nodeagent_testkit import FakeClock, wait_until
 
 from nodeagent.launcher import ChildProcess, spawn_task
 from nodeagent.model import (
@@ -19,6 +21,7 @@ from nodeagent.model import (
     TaskStatusInfo,
 )
 from nodeagent.paths import AgentPaths
+from nodeagent.selffence import ShimFence
 from nodeagent.tasks import NodeShape, TaskManager, TrainerAuthError
 
 
@@ -195,3 +198,113 @@ def test_virtual_flag_follows_the_task_gpus(tmp_path: Path) -> None:
     tasks.launch(LaunchRequest(TaskRef("virt", 0, 1), ("x",), gpu_indices=(3,)))
     assert [e["MLSCHED_VIRTUAL_GPUS"] for e in envs] == ["0", "1"]
     assert [e["OMP_NUM_THREADS"] for e in envs] == ["4", "2"]
+
+
+class SignalLog:
+    """A real task process that records the signals the table sends it."""
+
+    def __init__(self, child: ChildProcess) -> None:
+        self.child = child
+        self.sent: list[str] = []
+        self.pid, self.create_time = child.pid, child.create_time
+
+    def poll(self):
+        return self.child.poll()
+
+    def terminate(self) -> None:
+        self.sent.append("TERM")
+        self.child.terminate()
+
+    def kill(self) -> None:
+        self.sent.append("KILL")
+        self.child.kill()
+
+
+def _sleeping_task(
+    tmp_path: Path, extension_s: float
+) -> tuple[TaskManager, FakeClock, TaskRef, list[SignalLog]]:
+    paths = AgentPaths(tmp_path / "state", tmp_path / "ckpt")
+    paths.state_dir.mkdir(parents=True)
+    clock = FakeClock()
+    spawned: list[SignalLog] = []
+
+    def spawn(*args: Any) -> SignalLog:
+        spawned.append(SignalLog(spawn_task(*args)))
+        return spawned[-1]
+
+    tasks = TaskManager(
+        paths=paths,
+        node=NodeShape("node-a", frozenset({0}), 1, 2),
+        events=Events(),
+        suspend_grace_s=10,
+        kill_grace_s=1,
+        clock=clock,
+        spawn=spawn,  # type: ignore[arg-type]
+        save_extension_s=extension_s,
+        shim_fence=lambda: ShimFence(4.0, 26.0),
+    )
+    ref = TaskRef("j-s", 0, 1)
+    command = (sys.executable, "-c", "import time; time.sleep(600)")
+    tasks.launch(LaunchRequest(ref, command, gpu_indices=(0,)))
+    return tasks, clock, ref, spawned
+
+
+def test_a_save_in_progress_holds_back_the_escalation_up_to_the_extension(tmp_path: Path) -> None:
+    tasks, clock, ref, [proc] = _sleeping_task(tmp_path, extension_s=15)
+    tasks.suspend(ref, 0, "lease over")  # the default grace: 10 s, SIGKILL at 20 s
+    clock.advance(5)
+    tasks.on_save(ref, True, 700)
+    clock.advance(24)  # 29 s: past 2 x grace, within 2 x grace + extension (35 s)
+    tasks.poll()
+    assert proc.sent == []
+    clock.advance(6)  # 35 s: the cap; SIGTERM and SIGKILL go out
+    tasks.poll()
+    assert proc.sent == ["TERM", "KILL"]
+    wait_until(lambda: tasks.poll() or not tasks.running())
+    [final] = [s for s in tasks.statuses() if s.ref == ref]
+    assert final.state is TaskState.SUSPENDED
+
+
+def test_a_save_that_ends_late_leaves_the_kill_grace_to_exit(tmp_path: Path) -> None:
+    tasks, clock, ref, [proc] = _sleeping_task(tmp_path, extension_s=15)
+    tasks.suspend(ref, 0, "lease over")
+    tasks.on_save(ref, True, 700)
+    clock.advance(22)
+    tasks.poll()
+    assert proc.sent == []
+    tasks.on_save(ref, False, 700)  # SIGTERM was due at 10 s: now; SIGKILL at 22 + 1 s
+    tasks.poll()
+    assert proc.sent == ["TERM"]
+    clock.advance(1)
+    tasks.poll()
+    assert proc.sent == ["TERM", "KILL"]
+
+
+def test_without_a_save_the_suspension_escalates_at_twice_the_grace(tmp_path: Path) -> None:
+    tasks, clock, ref, [proc] = _sleeping_task(tmp_path, extension_s=15)
+    tasks.suspend(ref, 0, "lease over")
+    clock.advance(10)
+    tasks.poll()
+    assert proc.sent == ["TERM"]
+    clock.advance(10)
+    tasks.poll()
+    assert proc.sent == ["TERM", "KILL"]
+
+
+def test_a_kill_does_not_wait_for_a_save(tmp_path: Path) -> None:
+    tasks, clock, ref, [proc] = _sleeping_task(tmp_path, extension_s=15)
+    tasks.on_save(ref, True, 700)
+    tasks.kill(ref, "cancelled")
+    clock.advance(1)
+    tasks.poll()
+    assert proc.sent == ["TERM", "KILL"]
+
+
+def test_the_shims_fencing_deadlines_are_in_the_task_environment(tmp_path: Path) -> None:
+    tasks, clock, ref, [proc] = _sleeping_task(tmp_path, extension_s=15)
+    env = psutil.Process(proc.pid).environ()
+    assert env["MLSCHED_FENCE_SUSPEND_AFTER_S"] == "4.0"
+    assert env["MLSCHED_FENCE_EXIT_AFTER_S"] == "26.0"
+    tasks.kill(ref, "done")
+    clock.advance(1)
+    tasks.poll()
