@@ -27,6 +27,16 @@ class JobEstimator:
         if config.oracle:
             return cls.known(view, config)
         speed = fit_speed_model(view.speed_samples, config.inter_node_ratio)
+        return cls.fitted(view, iterations, config, speed)
+
+    @classmethod
+    def fitted(
+        cls, view: JobView, iterations: int, config: UniSchedConfig, speed: SpeedModel | None
+    ) -> JobEstimator:
+        """As :meth:`of`, with the speed model already fitted to ``view.speed_samples`` (a
+        caller that keeps fitted models between cycles passes its own)."""
+        if config.oracle:
+            return cls.known(view, config)
         t_sr = view.sr_overhead_s if view.sr_overhead_s is not None else config.default_t_sr_s
         remaining = max(1.0, iterations - view.iteration)
         return cls(view, remaining, speed, t_sr, config)

@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from controller.estimator.duration import predicted_iterations
+from controller.estimator.speed import SpeedModel, fit_speed_model
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
 from controller.policy.overload import requested
@@ -60,6 +61,10 @@ EARLY_SLO_WEIGHT = 1.0
 GRID_EPS = 1e-9  # in periods: a clock a hair past a boundary is on it
 TIE_BREAK = 1e-3  # weight of an allocation's normalised speed for SLO jobs (Eq. 8)
 URGENT_SLACK = 1  # SLO lease terms of slack at most which an SLO job must start to be safe
+# Exponent of a best-effort job's size (GPUs over a node's) in its reward: 0 is the paper's
+# reciprocal of the remaining time per job; 1 makes the reward per GPU that reciprocal, so
+# that a job's GPUs count as much as its remaining time (SRTF by time, as Chronus ranks).
+BE_GPU_WEIGHT = 0.0
 REACH = 2  # queued jobs of each kind in the MILP: up to this many times the GPUs it can give out
 
 
@@ -96,6 +101,12 @@ class UniSchedPolicy:
         self._last: MilpSolution | None = None
         self._picked: dict[str, Allocation] = {}  # job -> allocation of the last solution
         self._rank: dict[str, tuple[int, float]] = {}  # fill order of jobs at the last boundary
+        # Memos of pure per-job results, each with what it was computed from and recomputed
+        # when that changed (a new speed sample, progress, a new placement, another term):
+        self._speeds: dict[str, tuple[object, SpeedModel | None]] = {}  # samples -> Eq. 2 fit
+        self._held: dict[str, tuple[object, _Choice]] = {}  # placement -> the kept choice
+        self._queued: dict[str, tuple[tuple[object, ...], _Candidate]] = {}  # not running
+        self._options: dict[tuple[bool, int, int, int], tuple[_Choice, ...]] = {}
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
         self.boundary_cycles = 0  # cycles at lease boundaries (the MILP's, solved or not)
         self._worker = IsolatedSolver() if self.config.isolate_solver else None
@@ -347,6 +358,15 @@ class UniSchedPolicy:
         return end - now
 
     def _choices(self, view: JobView, phase: str, levels: int) -> list[_Choice]:
+        """The allocation choices of a job that does not keep its placement (a pure function
+        of its phase, size, GPUs per process and the cell levels; memoised)."""
+        key = (phase == "profiling", view.gpus, view.spec.gpus_per_process, levels)
+        found = self._options.get(key)
+        if found is None:
+            found = self._options[key] = tuple(self._new_choices(view, phase, levels))
+        return list(found)
+
+    def _new_choices(self, view: JobView, phase: str, levels: int) -> list[_Choice]:
         node_size = 1 << (levels - 1)
         per = view.spec.gpus_per_process
         if phase == "profiling":
@@ -385,14 +405,8 @@ class UniSchedPolicy:
         self, view: JobView, now: float, be: float, slo: float, levels: int, keep: bool = False
     ) -> _Candidate:
         phase = self._phase(view)
-        if keep:
-            nodes = len({p.node_id for p in view.placement})
-            cells = _held_cells(view.placement, levels)
-            held = sum(len(p.gpu_indices) for p in view.placement)
-            # A job still without a speed sample (slow to start) goes on profiling.
-            choices = [_Choice(cells, nodes, held, keep=True)]
-        else:
-            choices = self._choices(view, phase, levels)
+        # A kept job still without a speed sample (slow to start) goes on profiling.
+        choices = [self._held_choice(view, levels)] if keep else self._choices(view, phase, levels)
         if phase == "profiling":
             reward = self.config.profiler_reward
             milp = MilpJob(
@@ -400,12 +414,21 @@ class UniSchedPolicy:
             )
             estimate = JobEstimate(phase, 0, 0.0, 0.0, reward, _describe(choices[0]), now)
             return _Candidate(view, phase, choices, milp, estimate)
-        est = JobEstimator.of(view, self._iterations(view), self.config)
+        iterations = self._iterations(view)
+        terms = _terms(view, now, slo) if phase == "slo" else []
+        key: tuple[object, ...] = ()
+        if not keep:  # what a queued job's candidate is computed from, besides its spec
+            key = (phase, iterations, view.iteration, view.speed_samples, view.sr_overhead_s)
+            key += (view.estimated_remaining_s, view.truth, be, slo, levels, *terms)
+            memo = self._queued.get(view.id)
+            if memo is not None and memo[0] == key:
+                return _again(memo[1], view, now)
+        est = JobEstimator.fitted(view, iterations, self.config, self._speed(view))
         runs = [est.run_s(view.gpus, c.nodes) for c in choices]
-        rewards = [self._be_reward(est.best_effort_remaining_s(r, be), be) for r in runs]
+        size = (view.gpus / (1 << (levels - 1))) ** BE_GPU_WEIGHT
+        rewards = [self._be_reward(est.best_effort_remaining_s(r, be), be, size) for r in runs]
         be_reward = max(rewards)
         if phase == "slo":
-            terms = _terms(view, now, slo)
             deadlines = tuple(
                 (q, d.reward) for q, d in zip(terms, view.spec.deadlines, strict=True)
             )
@@ -447,12 +470,36 @@ class UniSchedPolicy:
             now,
         )
         slack = min(spare) if phase == "slo" and spare else None
-        return _Candidate(view, phase, choices, milp, estimate, slack)
+        cand = _Candidate(view, phase, choices, milp, estimate, slack)
+        if key:
+            self._queued[view.id] = (key, cand)
+        return cand
 
-    def _be_reward(self, remaining_s: float, lease_s: float) -> float:
+    def _speed(self, view: JobView) -> SpeedModel | None:
+        """Eq. 2 fitted to the job's speed samples, refitted only when they changed."""
+        memo = self._speeds.get(view.id)
+        if memo is not None and memo[0] == view.speed_samples:
+            return memo[1]
+        model = fit_speed_model(view.speed_samples, self.config.inter_node_ratio)
+        self._speeds[view.id] = (view.speed_samples, model)
+        return model
+
+    def _held_choice(self, view: JobView, levels: int) -> _Choice:
+        """A running job's own placement as its one choice (recomputed when it moved)."""
+        memo = self._held.get(view.id)
+        if memo is not None and memo[0] == (view.placement, levels):
+            return memo[1]
+        nodes = len({p.node_id for p in view.placement})
+        held = sum(len(p.gpu_indices) for p in view.placement)
+        choice = _Choice(_held_cells(view.placement, levels), nodes, held, keep=True)
+        self._held[view.id] = ((view.placement, levels), choice)
+        return choice
+
+    def _be_reward(self, remaining_s: float, lease_s: float, size: float = 1.0) -> float:
         """Best-effort reward: reciprocal of the estimated remaining time (in leases, offset so
-        it stays below the profiler reward; §III-C2)."""
-        return self.config.profiler_reward / (2.0 + remaining_s / lease_s)
+        it stays below the profiler reward; §III-C2), times ``size`` (the job's share of a node
+        to the power ``BE_GPU_WEIGHT``; 1 by default), at most half the profiler reward."""
+        return self.config.profiler_reward * min(0.5, size / (2.0 + remaining_s / lease_s))
 
     def _reserved(self, running: list[JobView], slo: float) -> tuple[float, ...]:
         """GPUs that SLO jobs on unexpired leases hold in each future term until they finish."""
@@ -460,7 +507,7 @@ class UniSchedPolicy:
         for view in running:
             if self._phase(view) != "slo":
                 continue
-            est = JobEstimator.of(view, self._iterations(view), self.config)
+            est = JobEstimator.fitted(view, self._iterations(view), self.config, self._speed(view))
             nodes = len({p.node_id for p in view.placement})
             terms = math.ceil(est.run_s(view.gpus, nodes) / slo)
             for k in range(1, min(terms, self.config.horizon)):
@@ -540,8 +587,20 @@ class UniSchedPolicy:
     def _prune(self, live: Iterable[str]) -> None:
         keep = set(live)
         self._picked = {j: a for j, a in self._picked.items() if j in keep}
+        for memo in (self._speeds, self._held, self._queued):
+            for job_id in [j for j in memo if j not in keep]:
+                del memo[job_id]
         for job_id in [j for j in self._curves if j not in keep]:
             del self._curves[job_id]
+
+
+def _again(cand: _Candidate, view: JobView, now: float) -> _Candidate:
+    """A memoised candidate for this cycle's view of the job, its estimate dated ``now``."""
+    e = cand.estimate
+    estimate = JobEstimate(
+        e.phase, e.iterations, e.iteration_time_s, e.remaining_s, e.reward, e.allocation, now
+    )
+    return _Candidate(view, cand.phase, cand.choices, cand.milp, estimate, cand.slack)
 
 
 def _without_new_work_on_overloaded(snapshot: ClusterSnapshot) -> ClusterSnapshot:
