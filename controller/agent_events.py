@@ -138,10 +138,12 @@ class AgentEvents:
                         )
             self._resend_pending(node.id)
 
-    def _atomic(self, job_id: str) -> AbstractContextManager[None]:
+    def _atomic(self, job_id: str, durable: bool = True) -> AbstractContextManager[None]:
         """``ControllerState.atomic`` for a known job; a plain transaction otherwise."""
         job = self.state.job(job_id)
-        return self.state.atomic(job) if job is not None else self.state.store.transaction()
+        if job is None:
+            return self.state.store.transaction(durable)
+        return self.state.atomic(job, durable)
 
     def disconnected(self, node_id: str) -> None:
         with self.state.lock, unless_store_fails("a disconnection event"):
@@ -197,7 +199,11 @@ class AgentEvents:
     def task_status(self, node_id: str, report: TaskReport) -> None:
         with self.state.lock:
             self.heartbeat(node_id)
-            with unless_store_fails(f"a report of {report.task}"), self._atomic(report.task.job_id):
+            # Lazy unless an ack or a kill goes out (batched with the next durable commit).
+            with (
+                unless_store_fails(f"a report of {report.task}"),
+                self._atomic(report.task.job_id, durable=False),
+            ):
                 self._apply_report(node_id, report)
 
     def progress(
@@ -208,7 +214,8 @@ class AgentEvents:
             job = self.state.job(job_id)
             if task is None or job is None or task.node_id != node_id or rank != 0:
                 return
-            with unless_store_fails(f"progress of {job_id}"), self.state.atomic(job):
+            # Lazy: on disk with the next durable commit or the cycle's flush (issue 12 #2).
+            with unless_store_fails(f"progress of {job_id}"), self.state.atomic(job, False):
                 self._progress(job, attempt, progress)
 
     def _progress(self, job: Job, attempt: int, progress: Progress) -> None:

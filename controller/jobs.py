@@ -37,6 +37,7 @@ class JobOperations:
             if request_id:
                 known = self._submitted(user, request_id, now)
                 if known is not None:
+                    state.store.flush()  # the first request's commit may still be lazy
                     return known
             job_id = self._new_id()
             job = Job(
@@ -47,7 +48,9 @@ class JobOperations:
                 submit_time=now,
                 queued_since=now,
             )
-            with state.store.transaction():
+            # Lazy here, durable before the reply (flush below, outside the lock): concurrent
+            # submits share one fsync.
+            with state.store.transaction(durable=False):
                 state.save_job(job)
                 if request_id:
                     retention_s = state.settings.submit_request_retention_s
@@ -59,7 +62,8 @@ class JobOperations:
                     job_id=job_id,
                 )
             state.jobs[job_id] = job
-            return job
+        state.store.flush()
+        return job
 
     def _submitted(self, user: str, request_id: str, now: float) -> Job | None:
         """The job an earlier submit with this request id created, if remembered."""

@@ -99,18 +99,17 @@ class ControllerState:
 
     # --- persistence -------------------------------------------------------------------
     @contextmanager
-    def atomic(self, job: Job) -> Iterator[None]:
+    def atomic(self, job: Job, durable: bool = True) -> Iterator[None]:
         """One store transaction for a change to ``job``: commands sent inside are held back
         until it commits; when it fails (a full disk) the job, its tasks and the event counter
         are put back as they were, so memory never runs ahead of the disk. Caller holds
-        ``lock``."""
+        ``lock``. ``durable=False`` (progress, a task now running) commits lazily unless a
+        command was sent: what an agent or a client is told is on disk first."""
         saved_job = copy.deepcopy(job)
         saved_tasks = copy.deepcopy(self.tasks.get(job.id))
         saved_seq = self.last_event_seq
-        held: list[tuple[str, Command]] = []
-        send, self.send = self.send, lambda node_id, command: held.append((node_id, command))
         try:
-            with self.store.transaction():
+            with self.holding_commands(durable):
                 yield
         except BaseException:
             vars(job).update(vars(saved_job))
@@ -120,6 +119,19 @@ class ControllerState:
                 self.tasks[job.id] = saved_tasks
             self.last_event_seq = saved_seq
             raise
+
+    @contextmanager
+    def holding_commands(self, durable: bool = True) -> Iterator[None]:
+        """One store transaction; commands sent inside go out after it commits (durably when
+        there is one), none when it fails. Memory is not put back (see ``atomic``). Caller
+        holds ``lock``."""
+        held: list[tuple[str, Command]] = []
+        send, self.send = self.send, lambda node_id, command: held.append((node_id, command))
+        try:
+            with self.store.transaction(durable):
+                yield
+                if held:
+                    self.store.mark_durable()
         finally:
             self.send = send
         for node_id, command in held:

@@ -2,6 +2,12 @@
 
 - every ``save_*`` call is durable when it returns (or when the enclosing ``transaction()``
   block exits without an exception; an exception rolls the whole block back);
+  ``transaction(durable=False)`` makes a lazy commit: it survives a crash of the controller
+  process and is on disk once a later durable commit or ``flush()`` returns (a power loss
+  may take lazy commits since then, never a durable one, never part of a transaction);
+  a block is durable when any of its nested levels asked (or called ``mark_durable()``);
+- a write that fails (a full disk, an I/O error) raises :class:`StoreWriteError` and changes
+  nothing;
 - ``load()`` returns exactly what was last saved, so a controller killed at any point restarts
   from a consistent state; a row that cannot be decoded (corruption, a bad manual edit) is
   moved aside, never deleted, and listed in ``StoredState.quarantined`` instead of stopping
@@ -13,12 +19,19 @@
 
 from __future__ import annotations
 
+import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from mlsched.model import Event, Job, Node, Task
+
+
+class StoreWriteError(sqlite3.OperationalError):
+    """The store could not write (a full disk, an I/O error, a lost database connection);
+    nothing of the failed transaction was kept. A subclass of ``sqlite3.OperationalError``
+    for the handlers written before other backends existed."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +59,16 @@ class Store(ABC):
         """Everything saved so far."""
 
     @abstractmethod
-    def transaction(self) -> AbstractContextManager[None]:
-        """Group several saves into one atomic write."""
+    def transaction(self, durable: bool = True) -> AbstractContextManager[None]:
+        """Group several saves into one atomic write (lazy with ``durable=False``)."""
+
+    @abstractmethod
+    def mark_durable(self) -> None:
+        """The open transaction must be durable when it commits (no-op outside one)."""
+
+    @abstractmethod
+    def flush(self) -> None:
+        """Make every lazy commit so far durable (returns at once when there is none)."""
 
     @abstractmethod
     def save_job(self, job: Job) -> None:
