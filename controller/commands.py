@@ -62,8 +62,22 @@ class AckCommand:
     task: TaskRef
 
 
+@dataclass(frozen=True)
+class PriorityCommand:
+    """The task's priority in the policy's order (higher: keep it where it runs)."""
+
+    task: TaskRef
+    priority: float
+
+
 Command = (
-    LaunchCommand | SuspendCommand | KillCommand | LeaseCommand | StopTrainingCommand | AckCommand
+    LaunchCommand
+    | SuspendCommand
+    | KillCommand
+    | LeaseCommand
+    | StopTrainingCommand
+    | AckCommand
+    | PriorityCommand
 )
 
 

@@ -16,6 +16,7 @@ from controller.commands import (
     KillCommand,
     LaunchCommand,
     LeaseCommand,
+    PriorityCommand,
     StopTrainingCommand,
     SuspendCommand,
     TaskRef,
@@ -71,6 +72,10 @@ def encode(command: Command) -> agent_pb2.AgentSessionResponse:
         )
     if isinstance(command, AckCommand):
         return agent_pb2.AgentSessionResponse(ack=agent_pb2.TaskStatusAck(task=task))
+    if isinstance(command, PriorityCommand):
+        return agent_pb2.AgentSessionResponse(
+            priority=agent_pb2.TaskPriority(task=task, priority=command.priority)
+        )
     raise TypeError(f"unknown command {command!r}")
 
 

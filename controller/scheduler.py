@@ -1,8 +1,9 @@
 """The scheduling cycle: liveness, snapshot, policy, and applying its decision.
 
 A decision is applied in this order: suspensions, migrations, renewals, the suspension of
-expired leases nobody renewed, launches, early stops (``controller.stops``: MLF-C's ``Stop``
-orders, sent only to jobs still STARTING or RUNNING). A job named by an earlier part is left
+expired leases nobody renewed, launches, the agents' priorities (``controller.priority_sender``:
+sent only when they change), early stops (``controller.stops``: MLF-C's ``Stop`` orders, sent
+only to jobs still STARTING or RUNNING). A job named by an earlier part is left
 alone by the later ones (a migrated job is neither renewed nor expired). Launches and
 migrations whose GPUs were taken meanwhile (or are reserved for a migration) are skipped;
 malformed ones are refused with a logged reason.
@@ -19,15 +20,13 @@ from collections.abc import Callable, Mapping
 from controller import lifecycle
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Policy, Stop
+from controller.priority_sender import PrioritySender
 from controller.snapshot import build_snapshot
 from controller.state import LIVE_TASK_STATES, ControllerState
 from controller.stops import StopOrders
 from mlsched.model import JobEstimate, JobSpec, TaskState
 
 log = logging.getLogger(__name__)
-
-# Launches applied before their store transaction commits and their commands go out.
-LAUNCH_SLICE_S = 0.01
 
 
 def placement_problem(spec: JobSpec, placement: tuple[TaskPlacement, ...]) -> str | None:
@@ -67,30 +66,24 @@ class Scheduler:
         state: ControllerState,
         policy: Policy,
         disconnect: Callable[[str], None] = lambda node_id: None,
-        launch_slice_s: float = LAUNCH_SLICE_S,
     ) -> None:
         self.state = state
-        self.launch_slice_s = launch_slice_s
         self.policy = policy
         self._disconnect = disconnect
         self.last_decision_s = 0.0
         self._stops = StopOrders()
+        self.priorities = PrioritySender()
 
     def run_cycle(self) -> Decision:
-        """Two store transactions a cycle (before and after the policy), commands sent after
-        each commits; the lazy commits of agent reports are made durable at the end."""
-        state = self.state
-        with state.lock:
-            with state.holding_commands():
-                self.check_liveness()
-                lifecycle.resume_pending_migrations(state)
-            snapshot = build_snapshot(state)
+        with self.state.lock:
+            self.check_liveness()
+            lifecycle.resume_pending_migrations(self.state)
+            snapshot = build_snapshot(self.state)
         started = time.perf_counter()
         decision = self.policy.decide(snapshot)
         self.last_decision_s = time.perf_counter() - started
-        with state.lock:
+        with self.state.lock:
             self.apply(snapshot, decision)
-        state.store.flush()
         return decision
 
     def check_liveness(self) -> None:
@@ -121,26 +114,7 @@ class Scheduler:
             )
 
     def apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
-        """Apply a decision made on ``snapshot``, skipping parts the world has overtaken.
-
-        A few store transactions (commands go out as each commits): up to the launches, the
-        launches in slices of ``launch_slice_s`` (a launch waits for its slice's commit, not
-        for the whole decision), the rest."""
-        with self.state.holding_commands():
-            self._apply_orders(snapshot, decision)
-        launches = iter(decision.launch)
-        item = next(launches, None)
-        while item is not None:
-            started = time.perf_counter()
-            with self.state.holding_commands():
-                while item is not None and time.perf_counter() - started < self.launch_slice_s:
-                    self._launch(item)
-                    item = next(launches, None)
-        with self.state.holding_commands():
-            self._apply_rest(decision)
-
-    def _apply_orders(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
-        """Suspensions, migrations, renewals and expired leases, each job once."""
+        """Apply a decision made on ``snapshot``, skipping parts the world has overtaken."""
         state = self.state
         handled: set[str] = set()
         for item in decision.suspend:
@@ -166,9 +140,9 @@ class Scheduler:
             job = state.job(view.id)
             if view.id not in handled and job is not None and job.state.active:
                 lifecycle.suspend(state, job, "lease expired and was not renewed")
-
-    def _apply_rest(self, decision: Decision) -> None:
-        state = self.state
+        for item in decision.launch:
+            self._launch(item)
+        self.priorities.apply(state, decision.priorities)  # after the launches they follow
         self._keep_estimates(decision.estimates)
         self._stops.apply(state, (*decision.stop, *user_stops(state)))
 
@@ -178,7 +152,7 @@ class Scheduler:
         state = self.state
         if not estimates:
             return
-        with state.store.transaction(durable=False):
+        with state.store.transaction():
             for job_id, estimate in estimates.items():
                 job = state.job(job_id)
                 if job is not None and not job.state.terminal and job.estimate != estimate:

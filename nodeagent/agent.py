@@ -35,6 +35,7 @@ from nodeagent.overload import (
     machine_capacity,
     measure_load,
 )
+from nodeagent.priorities import TaskPriorities
 from nodeagent.selffence import SelfFence, ShimFence, self_fence_margin_s, shim_fence
 from nodeagent.tasks import NodeShape, TaskManager
 from nodeagent.trainer_service import TrainerServer
@@ -82,6 +83,7 @@ class NodeAgent:
         self._task_sampler: TaskMetricsSampler | None = None
         self._capacity: Capacity | None = None
         self._detector: OverloadDetector | None = None
+        self.priorities = TaskPriorities()  # from the controller (docs/overload.md)
         self.last_load: NodeLoadReport | None = None  # the latest load measured
 
     # ------------------------------------------------------------- lifecycle
@@ -263,6 +265,7 @@ class NodeAgent:
             self._capacity,
             scope=self._config.load_scope,
             virtual_gpus=self._gpus.virtual_indices(),
+            priorities=self.priorities.ranked(running),
         )
         self.last_load = load
         link = self._link
@@ -375,3 +378,6 @@ class _LinkHandler:
 
     def ack(self, ref: TaskRef) -> None:
         self._agent.tasks.ack(ref)
+
+    def priority(self, ref: TaskRef, priority: float) -> None:
+        self._agent.priorities.set(ref, priority)

@@ -77,6 +77,10 @@ class ControllerHandler(Protocol):
         """TaskStatusAck."""
         ...
 
+    def priority(self, ref: TaskRef, priority: float) -> None:
+        """TaskPriority: the task's priority in the policy's order (docs/overload.md)."""
+        ...
+
 
 class Outbox:
     """The request iterator of one session: a queue that can be closed.
@@ -366,6 +370,8 @@ class ControllerLink:
             self.send(convert.logs_request(msg.request_id, result))
         elif kind == "ack":
             handler.ack(convert.task_ref_from_pb(response.ack.task))
+        elif kind == "priority":
+            handler.priority(*convert.priority_from_pb(response.priority))
         else:
             log.warning("ignoring an unknown message from the controller (%s)", kind)
 

@@ -234,6 +234,11 @@ def lease_from_pb(msg: agent_pb2.LeaseUpdate) -> LeaseCommand:
     )
 
 
+def priority_from_pb(msg: agent_pb2.TaskPriority) -> tuple[TaskRef, float]:
+    """TaskPriority to (task, priority)."""
+    return task_ref_from_pb(msg.task), msg.priority
+
+
 def trainer_command_from_pb(msg: agent_pb2.TrainerCommand) -> TrainerCommand | None:
     """TrainerCommand (StopTraining / SetBatchSize) to a command; None when empty."""
     kind = msg.WhichOneof("command")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 import psutil
@@ -11,6 +11,7 @@ import psutil
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.gpus import GpuBackend
 from nodeagent.model import NodeMetrics, TaskMetrics, TaskRef
+from nodeagent.sockstats import SocketBytes, read_tcp_sockets, socket_inodes
 
 log = logging.getLogger(__name__)
 
@@ -128,10 +129,18 @@ def read_process_tree(pid: int) -> list[ProcessSample]:
 
 
 class TaskMetricsSampler:
-    """Per-task CPU and memory summed over each task's process tree.
+    """Per-task CPU, memory and TCP traffic summed over each task's process tree.
 
     CPU percent is CPU time consumed between two samples over the elapsed (injected) clock time,
     in percent of one core; processes seen for the first time contribute from their next sample.
+
+    Traffic (``net_bytes_per_s``, sent plus received, ``net_measured`` True) comes from the
+    kernel's per-socket counters (``sockstats.py``): the bytes moved between two samples on the
+    TCP sockets the tree holds open, a socket first seen counted whole (it opened since the
+    last sample) except at the task's first sample; sockets to loopback peers count only with
+    ``include_loopback``. Where the counters cannot be read, this is logged once and every
+    task reports ``net_measured`` False (the load measurement then splits the node's traffic
+    equally).
     """
 
     def __init__(
@@ -140,11 +149,48 @@ class TaskMetricsSampler:
         clock: Clock | None = None,
         *,
         process_tree: Callable[[int], list[ProcessSample]] = read_process_tree,
+        sockets: Callable[[], Mapping[int, SocketBytes]] | None = read_tcp_sockets,
+        open_sockets: Callable[[Iterable[int]], set[int]] = socket_inodes,
+        include_loopback: bool = False,
     ) -> None:
         self._gpus = gpus
         self._clock = clock or SystemClock()
         self._process_tree = process_tree
         self._last: dict[TaskRef, tuple[float, dict[tuple[int, float], float]]] = {}
+        self._sockets = sockets
+        self._open_sockets = open_sockets
+        self._include_loopback = include_loopback
+        self._net_last: dict[TaskRef, tuple[float, dict[int, int]]] = {}
+
+    def _read_sockets(self) -> Mapping[int, SocketBytes] | None:
+        if self._sockets is None:
+            return None
+        try:
+            return self._sockets()
+        except OSError as exc:
+            log.warning(
+                "per-task network traffic cannot be measured (%s): the node's traffic is split"
+                " equally among its tasks",
+                exc,
+            )
+            self._sockets = None
+            return None
+
+    def _net_rate(
+        self, ref: TaskRef, pids: Iterable[int], table: Mapping[int, SocketBytes], now: float
+    ) -> tuple[float, tuple[float, dict[int, int]]]:
+        """The task's bytes per second since its last sample, and what to remember."""
+        totals = {
+            inode: table[inode].sent + table[inode].received
+            for inode in self._open_sockets(pids)
+            if inode in table and (self._include_loopback or not table[inode].loopback)
+        }
+        previous = self._net_last.get(ref)
+        if previous is None or now <= previous[0]:
+            return 0.0, (now, totals)
+        then, before = previous
+        moved = sum(max(0, v - before.get(inode, 0)) for inode, v in totals.items())
+        return moved / (now - then), (now, totals)
 
     def sample(self, tasks: Iterable[tuple[TaskRef, int]]) -> list[TaskMetrics]:
         """Sample each ``(task, root pid)``; forgets tasks no longer listed."""
@@ -156,8 +202,13 @@ class TaskMetricsSampler:
             gpu_memory = {}
         out = []
         seen: dict[TaskRef, tuple[float, dict[tuple[int, float], float]]] = {}
+        table = self._read_sockets()
+        net_seen: dict[TaskRef, tuple[float, dict[int, int]]] = {}
         for ref, pid in tasks:
             procs = self._process_tree(pid)
+            net = 0.0
+            if table is not None:
+                net, net_seen[ref] = self._net_rate(ref, [p.pid for p in procs], table, now)
             cpu_now = {(p.pid, p.create_time): p.cpu_seconds for p in procs}
             percent = 0.0
             previous = self._last.get(ref)
@@ -174,7 +225,10 @@ class TaskMetricsSampler:
                     cpu_percent=percent,
                     memory_rss_bytes=sum(p.rss_bytes for p in procs),
                     gpu_memory_bytes=sum(gpu_memory.get(p.pid, 0) for p in procs),
+                    net_bytes_per_s=net,
+                    net_measured=table is not None,
                 )
             )
         self._last = seen
+        self._net_last = net_seen
         return out

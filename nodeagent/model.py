@@ -126,7 +126,8 @@ class TaskMetrics:
     cpu_percent: float
     memory_rss_bytes: int
     gpu_memory_bytes: int = 0
-    net_bytes_per_s: float = 0.0
+    net_bytes_per_s: float = 0.0  # TCP bytes sent + received (metrics.TaskMetricsSampler)
+    net_measured: bool = False  # net_bytes_per_s was measured (False: the equal split applies)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class RunningTask:
     ref: TaskRef
     pid: int
     gpu_indices: tuple[int, ...]
-    launched_at: float  # unix time; the priority stand-in (older: lower)
+    launched_at: float  # unix time; the fallback priority (older: lower), priorities.py
     movable: bool = True  # False once asked to suspend, stop or die
 
 

@@ -12,12 +12,15 @@ Load (:func:`measure_load`): shares (0-1) of this agent's capacities per resourc
   that is not mlsched's (a CPU hog, data loading outside a task, another agent's tasks on the
   same machine) never makes the server overloaded, and a real GPU no task holds counts 0.
   ``machine`` (an operator's explicit choice, ``--load-scope machine``): the server's CPU,
-  memory, network and GPUs are the whole machine's, whoever uses them. Network traffic is the
-  node's in both (it cannot be attributed, below) while a task runs.
+  memory, network and GPUs are the whole machine's, whoever uses them. Under ``tasks`` the
+  network is the sum of the tasks' measured traffic, or the node's (while a task runs) where
+  traffic cannot be attributed (below).
 - **Per task**: CPU is the CPU time of the task's process tree over the sample interval (one
-  busy core = 1 core), memory its summed resident set. Network traffic cannot be attributed to
-  processes portably (Linux counts it per interface or namespace), so the node's non-loopback
-  rate is split equally among the running tasks.
+  busy core = 1 core), memory its summed resident set, network the TCP bytes its processes'
+  sockets moved (``metrics.TaskMetricsSampler``, ``sockstats.py``: the kernel's per-socket
+  counters, loopback peers left out). Where those counters cannot be read (not Linux, an old
+  kernel, netlink refused; logged once) the node's non-loopback rate is split equally among
+  the running tasks.
 - **GPUs**: a real GPU's utilisation is NVML's (a GPU is held by one task, so its load is that
   task's). A virtual slot measures nothing; its utilisation is taken from the CPU share of the
   task holding it (the task's cores over the CPU capacity, split over its slots), since a task
@@ -47,11 +50,12 @@ holds: moving it moves the load along (and no host could take it: §3.3.2's host
 task's GPU load to the target GPU). So, as in MLF-H's policy, a GPU held by one task never makes
 the server overloaded; its utilisation still counts in the server's "gpu" share.
 
-Priority stand-in: the agent does not know MLF-H's priorities (the controller computes them).
-It ranks tasks by the start of their attempt, the oldest lowest: a task that has trained
-longest has had its largest loss reductions already, which is what MLFS' priority (Eq. 2)
-rewards least. Suspending or stopping tasks are not candidates; traffic between tasks is not
-measured, so every traffic share is 0.
+Priorities: the controller sends each task's priority in its policy's order (Eq. 6 under
+MLFS; ``controller/policy/ranks.py``, ``nodeagent/priorities.py``). A task that never received
+one falls back to the old stand-in, the start of its attempt (the oldest lowest: a task that
+has trained longest has had its largest loss reductions already, which Eq. 2 rewards least),
+below every task with a received priority. Suspending or stopping tasks are not candidates;
+traffic between tasks is not measured, so every traffic share is 0.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from controller.policy.mlfs.euclid import (
 )
 from nodeagent.clock import Clock, SystemClock
 from nodeagent.model import NodeMetrics, RunningTask, TaskMetrics, TaskRef
+from nodeagent.priorities import fallback
 
 log = logging.getLogger(__name__)
 
@@ -157,13 +162,18 @@ def measure_load(
     scope: str = "tasks",
     virtual_gpus: Collection[int] = (),
     machine_cpus: int | None = None,
+    priorities: Mapping[TaskRef, float] | None = None,
 ) -> NodeLoadReport:
-    """The load of the server and of each task (module docstring) from one sample."""
+    """The load of the server and of each task (module docstring) from one sample.
+    ``priorities``: each task's for the overload choice (``nodeagent/priorities.py``); a task
+    left out is ranked by the start of its attempt (None: every task)."""
     if scope not in SCOPES:
         raise ValueError(f"load scope must be one of {SCOPES}, got {scope!r}")
     cpus = machine_cpus or os.cpu_count() or 1
     net = max(0.0, node.net_rx_bytes_per_s) + max(0.0, node.net_tx_bytes_per_s)
-    per_task_net = net / len(tasks) if tasks else 0.0
+    attributed = bool(tasks) and all(m.net_measured for _, m in tasks)
+    equal_share = net / len(tasks) if tasks else 0.0
+    task_net = {t.ref: max(0.0, m.net_bytes_per_s) if attributed else equal_share for t, m in tasks}
     cores = {t.ref: max(0.0, m.cpu_percent) / 100.0 for t, m in tasks}
     # Virtual slots: the CPU share of the task holding them, split over its slots.
     gpu_util: dict[int, float] = {}
@@ -178,6 +188,8 @@ def measure_load(
             part = _share(cores[task.ref], capacity.cpu_cores) / len(slots)
             gpu_util[i] = min(1.0, gpu_util[i] + part)
     gpu_count = len(gpu_util)
+    given = dict(priorities or {})
+    ranks = {**fallback([t for t, _ in tasks if t.ref not in given], given.values()), **given}
     shares = []
     for task, metrics in tasks:
         held = [i for i in task.gpu_indices if i in gpu_util]
@@ -186,7 +198,7 @@ def measure_load(
             "gpu": min(1.0, sum(gpu_util[i] for i in held) / gpu_count) if gpu_count else 0.0,
             "cpu": _share(cores[task.ref], capacity.cpu_cores),
             "memory": _share(metrics.memory_rss_bytes, capacity.memory_bytes),
-            "bandwidth": _share(per_task_net, capacity.bandwidth_bytes_per_s),
+            "bandwidth": _share(task_net[task.ref], capacity.bandwidth_bytes_per_s),
         }
         shares.append(
             TaskShare(
@@ -194,7 +206,7 @@ def measure_load(
                 demand=demand,
                 gpu_index=busiest,
                 gpu_utilization=gpu_util[busiest] if busiest is not None else 0.0,
-                priority=task.launched_at,
+                priority=ranks[task.ref],
                 movable=task.movable,
                 gpu_indices=tuple(held),
             )
@@ -207,7 +219,7 @@ def measure_load(
     else:
         used_cores = sum(cores.values())
         used_memory = float(sum(m.memory_rss_bytes for _, m in tasks))
-        used_net = net if tasks else 0.0
+        used_net = sum(task_net.values()) if attributed else (net if tasks else 0.0)
         held = {i for share in shares for i in share.gpu_indices}
         used_gpus = sum(u for i, u in gpu_util.items() if i in held)
     utilization = {

@@ -219,7 +219,15 @@ class Resize:
 @dataclass(frozen=True)
 class Decision:
     """A cycle's orders. ``estimates`` (optional) are the policy's predictions per job id, kept
-    on the job for ``mlsched describe``; they change nothing by themselves."""
+    on the job for ``mlsched describe``; they change nothing by themselves.
+
+    ``priorities`` (optional): per job id, its priority in the policy's own order (higher: more
+    important to keep where it runs), for jobs that hold GPUs after this decision. The
+    controller sends each to the job's node agents when it changes; an agent's overload choice
+    reads it (MLFS §3.3.3, ``docs/overload.md``). MLF-H, MLF-RL and MLFS give Eq. 6's; other
+    policies get the policy-neutral rule of :mod:`controller.policy.ranks`. A job left out
+    keeps the priority its agents last received.
+    """
 
     launch: tuple[Launch, ...] = ()
     renew: tuple[Renew, ...] = ()
@@ -228,6 +236,7 @@ class Decision:
     migrate: tuple[Migrate, ...] = ()
     stop: tuple[Stop, ...] = ()
     resize: tuple[Resize, ...] = ()
+    priorities: Mapping[str, float] = field(default_factory=dict)
 
 
 class Policy(Protocol):

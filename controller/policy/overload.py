@@ -48,6 +48,7 @@ from controller.policy.mlfs.moves import (
     unload_busy,
     unload_movers,
 )
+from controller.policy.ranks import with_queue_priorities
 
 NO_HOST = "overloaded server; no host to move to"
 
@@ -138,7 +139,9 @@ def answer_requests(
 
 class AnswersOverloadRequests:
     """Mixin for a policy class that does not act on migration requests: its decisions get
-    them answered by :func:`answer_requests` (``class P(AnswersOverloadRequests, Base)``).
+    them answered by :func:`answer_requests` (``class P(AnswersOverloadRequests, Base)``) and,
+    unless the policy gives its own, the policy-neutral priorities for the node agents
+    (:func:`~controller.policy.ranks.with_queue_priorities`).
     ``overload_rules`` may be overridden per class or instance."""
 
     overload_rules: OverloadRules = OverloadRules()
@@ -146,7 +149,8 @@ class AnswersOverloadRequests:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         decision: Decision = super().decide(snapshot)  # type: ignore[misc]
         lease: Any = getattr(self, "lease_s", None)
-        return answer_requests(snapshot, decision, self.overload_rules, lease)
+        answered = answer_requests(snapshot, decision, self.overload_rules, lease)
+        return with_queue_priorities(snapshot, answered)  # the agents' order (ranks.py)
 
 
 def _handled(snapshot: ClusterSnapshot, decision: Decision) -> set[str]:

@@ -293,7 +293,7 @@ class FetchLogs(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., task: _Optional[_Union[TaskRef, _Mapping]] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class AgentSessionResponse(_message.Message):
-    __slots__ = ("registered", "launch", "suspend", "kill", "lease", "trainer_command", "fetch_logs", "ack")
+    __slots__ = ("registered", "launch", "suspend", "kill", "lease", "trainer_command", "fetch_logs", "ack", "priority")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     LAUNCH_FIELD_NUMBER: _ClassVar[int]
     SUSPEND_FIELD_NUMBER: _ClassVar[int]
@@ -302,6 +302,7 @@ class AgentSessionResponse(_message.Message):
     TRAINER_COMMAND_FIELD_NUMBER: _ClassVar[int]
     FETCH_LOGS_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     registered: Registered
     launch: LaunchTask
     suspend: SuspendTask
@@ -310,7 +311,16 @@ class AgentSessionResponse(_message.Message):
     trainer_command: TrainerCommand
     fetch_logs: FetchLogs
     ack: TaskStatusAck
-    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., suspend: _Optional[_Union[SuspendTask, _Mapping]] = ..., kill: _Optional[_Union[KillTask, _Mapping]] = ..., lease: _Optional[_Union[LeaseUpdate, _Mapping]] = ..., trainer_command: _Optional[_Union[TrainerCommand, _Mapping]] = ..., fetch_logs: _Optional[_Union[FetchLogs, _Mapping]] = ..., ack: _Optional[_Union[TaskStatusAck, _Mapping]] = ...) -> None: ...
+    priority: TaskPriority
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., suspend: _Optional[_Union[SuspendTask, _Mapping]] = ..., kill: _Optional[_Union[KillTask, _Mapping]] = ..., lease: _Optional[_Union[LeaseUpdate, _Mapping]] = ..., trainer_command: _Optional[_Union[TrainerCommand, _Mapping]] = ..., fetch_logs: _Optional[_Union[FetchLogs, _Mapping]] = ..., ack: _Optional[_Union[TaskStatusAck, _Mapping]] = ..., priority: _Optional[_Union[TaskPriority, _Mapping]] = ...) -> None: ...
+
+class TaskPriority(_message.Message):
+    __slots__ = ("task", "priority")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    task: TaskRef
+    priority: float
+    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., priority: _Optional[float] = ...) -> None: ...
 
 class TaskStatusAck(_message.Message):
     __slots__ = ("task",)

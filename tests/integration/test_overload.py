@@ -33,11 +33,12 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from mlsched.model import IterationStop, JobSpec, JobState
+from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState
 
 pytestmark = pytest.mark.integration
 
@@ -208,3 +209,97 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
     assert not [e for e in events if e.kind == "migration_ordered" and e.job_id == grower.id]
     assert grower_now.state is JobState.RUNNING
     assert [t.node_id for t in grower_tasks] == ["node-a"]
+
+
+# --- priorities (issue 10 item 2): the agent names the lower-priority of two near-equal tasks
+
+TWIN_MEMORY_CAPACITY = 5_000_000_000
+EARLY_STEPS = 5_000  # "early": long, no deadline: the lowest Eq. 6 priority
+LATE_STEPS = 300  # "late": short, a deadline: Eq. 6's highest; the queue's lowest
+
+
+@pytest.mark.parametrize("policy", ["mlfs", "fifo"])
+def test_the_agent_names_the_lower_priority_of_two_equal_tasks(
+    make_cluster, wait_job, ended, tmp_path, policy
+):
+    """Two twins hold the same 1.6 GiB on node-a (about 2.0 of its 5.2 GB each); ``grower``
+    (0.35 GB, 0.98 once it allocates 0.6 GiB) tips its memory over h_r (4.35 -> 4.98 GB, 84 %
+    -> 96 %). With memory overloaded the ideal virtual task is the largest memory user: the
+    twins are within a few MB of each other (well inside the 0.05 near-tie band of
+    ``euclid.PRIORITY_TIE``), ``grower`` 0.19 further away. Of the twins, the agent names the
+    one with the lower priority the controller sent:
+
+    - under ``fifo`` (the queue order, ``controller/policy/ranks.py``) ``late``, submitted
+      second;
+    - under ``mlfs`` (Eq. 6) ``early``: 5,000 steps left (r about 500 s, Eq. 4's r term 2.2),
+      no deadline, against ``late``'s r floored at 60 s (18) and a 60 s deadline
+      (18 once floored), so P(early) < 1.9 < 12.6 < P(late).
+
+    The old stand-in (the oldest start lowest) would name ``early`` under both. The named twin
+    checkpoints, resumes on node-b and completes there; node-a is relieved (57 %).
+    """
+    script = tmp_path / "ballast_trainer.py"
+    script.write_text(TRAINER)
+    go = tmp_path / "go"
+    cluster = make_cluster(nodes={}, policy=policy)
+    overload_flags = ["--overload-samples", "1", "--migration-cooldown", "600"]
+    cluster.start_agent(
+        "node-a",
+        gpus=3,
+        extra=[
+            "--memory-capacity",
+            str(TWIN_MEMORY_CAPACITY),
+            "--cpu-capacity",
+            str(CPU_CAPACITY),
+            *overload_flags,
+        ],
+    )
+    cluster.wait_for_nodes({"node-a"})
+    twin = ("--ballast-mb", "1600", "--step-s", "0.1", "--checkpoint-every", "5")
+    early_spec = trainer_spec(script, "early", EARLY_STEPS, *twin, "--resumed-step-s", "0.001")
+    late_spec = trainer_spec(
+        script,
+        "late",
+        LATE_STEPS,
+        *twin,
+        "--resumed-step-s",
+        "0.005",
+        "--hold-at",
+        str(LATE_STEPS - 1),
+    )
+    late_spec = replace(late_spec, job_class=JobClass.SOFT_SLO, deadlines=(Deadline(60.0, 1.0),))
+    with cluster.client("alice") as client:
+        early = client.submit(early_spec)
+        late = client.submit(late_spec)
+        grower = client.submit(
+            trainer_spec(script, "grower", 10_000_000, "--ballast-mb", "600", "--go-file", str(go))
+        )
+        wait_job(cluster, client, grower.id, lambda j: j.state is JobState.RUNNING)
+        for twin_job in (early, late):
+            wait_job(cluster, client, twin_job.id, lambda j: j.checkpoint_step > 0)
+        assert {t.node_id for j in (early, late, grower) for t in client.get(j.id)[1]} == {"node-a"}
+        cluster.start_agent("node-b", gpus=1, extra=overload_flags)
+        cluster.wait_for_nodes({"node-b"})
+
+        go.touch()
+        requested = cluster.wait_for_event(lambda e: e.kind == "migration_requested", timeout_s=60)
+        moved = early if policy == "mlfs" else late
+        done = wait_job(cluster, client, moved.id, ended, timeout_s=240)
+        wait_until(lambda: relieved(cluster, "node-a"), timeout=60.0)
+        events = list(client.events(after_seq=0))
+        for job in (early, late, grower):
+            if job.id != moved.id:
+                client.cancel(job.id)
+
+    agent_log = (cluster.root / "node-a.log").read_text(errors="replace")
+    # the priorities reached the agent, and the twins were ranked by them
+    for job in (early, late):
+        assert f"task {job.id}/0/1 priority" in agent_log, agent_log[-3000:]
+    assert "has no priority from the controller" not in agent_log
+    names = {early.id: "early", late.id: "late", grower.id: "grower"}
+    assert requested.job_id == moved.id, f"{names.get(requested.job_id)}: {requested.message}"
+    assert {e.job_id for e in events if e.kind == "migration_requested"} == {moved.id}
+    assert done.state is JobState.COMPLETED, done.message
+    [resume] = done.resumes
+    assert resume.from_nodes == ("node-a",) and resume.to_nodes == ("node-b",)
+    assert resume.restored_step == resume.checkpoint_step > 0

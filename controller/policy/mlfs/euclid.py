@@ -11,7 +11,16 @@ its resource types is (§3.3.2), else *underloaded*. Comparisons allow ``_EPS`` 
 
 Host choice (§3.3.2). Ideal virtual host ``U_V`` over the underloaded servers: per resource type
 the least utilisation, then the largest traffic share, then 0 migration degradation. A server's
-point is its current utilisation, the task's traffic share with it, and its degradation. The
+point is its current utilisation, the task's traffic share with it, and its degradation ``q``.
+
+``q`` ("the task performance degradation caused by the task movement", ideal 0) is our model,
+:func:`degradation`: the share of the task's remaining time ``r`` that moving onto the server
+costs, ``c / (c + r)`` in [0, 1) like the other coordinates. ``c`` is the task's suspend +
+resume time ``TaskLoad.move_s`` (measured t_sr where the job has one, else modelled,
+:func:`~controller.policy.mlfs.hosts.move_cost_s`) stretched by the server's busy link: the
+restore reads the checkpoint over it, ``c = move_s / max(1 - u_bw, MIN_HEADROOM)``. A task with
+nothing to restore (a job that never ran) has ``q = 0`` everywhere, and so does every server
+without a bandwidth measurement; q then changes no choice. The
 closest underloaded server (ties: server id) that stays within ``h_r`` on every resource type and
 on its least-loaded GPU after adding the task wins; the task goes to that GPU (ties: index).
 
@@ -20,8 +29,12 @@ among the candidates if the type is overloaded, else the smallest; then traffic 
 task's point is its demand and its traffic share with the tasks still on the server. While a GPU
 is overloaded, the candidates are the lowest-priority ``p_s`` share (at least one) of the tasks
 on overloaded GPUs, and the GPU resource type counts as overloaded; otherwise all remaining
-tasks. The closest candidate (ties: task key) leaves, its load is removed, and this repeats
-until neither a resource type nor a GPU is overloaded.
+tasks. The closest candidate leaves, its load is removed, and this repeats until neither a
+resource type nor a GPU is overloaded. "Closest" spares high priorities (§3.3.3: "tasks with
+high priorities will not be selected to migrate out"): the candidates within ``PRIORITY_TIE``
+(0.05, five points of one share) of the closest distance count as equally close, measured
+shares being that noisy, and the lowest-priority one of them leaves (ties: distance, task key).
+``tie=0`` gives the plain nearest task.
 
 Traffic share (our normalisation of the paper's "communication data size"): the part of a task's
 communication volume (``TaskLoad.traffic``, per peer task) exchanged with the given peers, so
@@ -39,6 +52,9 @@ from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.priority import TaskKey
 
 DEFAULT_RESOURCES = ("gpu", "cpu", "memory", "bandwidth")
+MIN_HEADROOM = 0.1  # q: a link busier than 90 % restores as slowly as one at 90 %
+UNKNOWN_REMAINING_S = 3600.0  # q: the remaining time of a task without an estimate
+PRIORITY_TIE = 0.05  # distances closer than this to the closest count as equal (§3.3.3)
 _EPS = 1e-9  # rounding allowance on threshold comparisons
 
 
@@ -68,6 +84,10 @@ class TaskLoad:
     gpu_index: int | None = None  # the GPU it runs on; None while queued
     priority: float = 0.0  # P of Eq. 6, for the p_s restriction
     traffic: Mapping[TaskKey, float] = field(default_factory=dict)  # volume per peer task
+    # What moving it costs (q, module docstring): seconds of suspend + resume on an idle link
+    # (0: nothing to restore, q = 0) and its remaining run time (None: unknown).
+    move_s: float = 0.0
+    remaining_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "traffic", MappingProxyType(dict(self.traffic)))
@@ -78,6 +98,8 @@ class TaskLoad:
             raise ValueError(f"{where}: traffic volumes must be finite and >= 0")
         if not math.isfinite(self.priority):
             raise ValueError(f"{where}: priority must be finite, got {self.priority}")
+        if not (math.isfinite(self.move_s) and self.move_s >= 0):
+            raise ValueError(f"{where}: move_s must be finite and >= 0, got {self.move_s}")
 
     @property
     def key(self) -> TaskKey:
@@ -107,6 +129,18 @@ def traffic_share(task: TaskLoad, peers: Collection[TaskKey]) -> float:
     if total <= 0:
         return 0.0
     return sum(v for peer, v in task.traffic.items() if peer in peers) / total
+
+
+def degradation(task: TaskLoad, bandwidth: float) -> float:
+    """q_{k,s} (§3.3.2) for moving ``task`` onto a server whose link is ``bandwidth`` busy:
+    ``c / (c + r)``, the share of what is left of the task that the move costs, with
+    ``c = move_s / max(1 - bandwidth, MIN_HEADROOM)`` (the restore reads the checkpoint over
+    that link) and ``r`` its remaining time (unknown: ``UNKNOWN_REMAINING_S``)."""
+    if task.move_s <= 0:
+        return 0.0
+    cost = task.move_s / max(1.0 - bandwidth, MIN_HEADROOM)
+    left = UNKNOWN_REMAINING_S if task.remaining_s is None else max(0.0, task.remaining_s)
+    return cost / (cost + left)
 
 
 def fitting_gpu(server: Server, task: TaskLoad, h_r: float) -> int | None:
@@ -143,6 +177,9 @@ def remove(server: Server, task: TaskLoad) -> Server:
     return Server(server.id, utilisation, gpus)
 
 
+_degradation = degradation  # choose_host's parameter of the same name shadows it
+
+
 def choose_host(
     task: TaskLoad,
     servers: Sequence[Server],
@@ -154,14 +191,19 @@ def choose_host(
     """The host for ``task`` (§3.3.2), or None when no underloaded server fits it.
 
     ``placement`` maps running tasks to server ids (for the traffic share); ``degradation``
-    is the task's normalised slowdown from moving to each server (0 where absent).
+    is q per server id (None: :func:`degradation` of the task on each server's bandwidth
+    share, 0 without a "bandwidth" type).
     """
     config = config or MlfsConfig()
     placement = placement or {}
-    degradation = degradation or {}
     _check_dims(resources, f"task {task.key}", task.demand)
     for s in servers:
         _check_dims(resources, f"server {s.id!r}", s.utilisation)
+    if degradation is None:
+        bw = resources.index("bandwidth") if "bandwidth" in resources else None
+        degradation = {
+            s.id: _degradation(task, s.utilisation[bw] if bw is not None else 0.0) for s in servers
+        }
     under = sorted((s for s in servers if not is_overloaded(s, config.h_r)), key=lambda s: s.id)
     if not under:
         return None
@@ -202,9 +244,11 @@ def choose_migrations(
     tasks: Sequence[TaskLoad],
     config: MlfsConfig | None = None,
     resources: tuple[str, ...] = DEFAULT_RESOURCES,
+    tie: float = PRIORITY_TIE,
 ) -> tuple[TaskLoad, ...]:
     """The tasks to move off ``server``, in the order chosen (§3.3.3); empty when neither a
-    resource type nor a GPU is overloaded. ``tasks`` are the server's movable tasks."""
+    resource type nor a GPU is overloaded. ``tasks`` are the server's movable tasks; ``tie``:
+    the distance within which candidates count as equally close (module docstring)."""
     config = config or MlfsConfig()
     _check_dims(resources, f"server {server.id!r}", server.utilisation)
     for t in tasks:
@@ -226,7 +270,7 @@ def choose_migrations(
             candidates = remaining
         else:
             break  # relieved, or only GPUs none of these tasks runs on are overloaded
-        pick = _closest(candidates, hot_types, {t.key for t in remaining}, len(resources))
+        pick = _closest(candidates, hot_types, {t.key for t in remaining}, len(resources), tie)
         chosen.append(pick)
         remaining.remove(pick)
         server = remove(server, pick)
@@ -234,9 +278,14 @@ def choose_migrations(
 
 
 def _closest(
-    candidates: Sequence[TaskLoad], hot_types: Collection[int], here: set[TaskKey], types: int
+    candidates: Sequence[TaskLoad],
+    hot_types: Collection[int],
+    here: set[TaskKey],
+    types: int,
+    tie: float,
 ) -> TaskLoad:
-    """The candidate closest to the ideal virtual task (ties: task key)."""
+    """The candidate closest to the ideal virtual task; among those within ``tie`` of the
+    closest, the lowest priority (ties: task key)."""
     # MLFS §3.3.3: U_o = (max u_m on overloaded types, min u_m on the others ..., u_BW = 0)
     extreme = {True: max, False: min}
     ideal = (
@@ -244,12 +293,15 @@ def _closest(
         0.0,
     )
 
-    def distance(t: TaskLoad) -> tuple[float, TaskKey]:
+    def distance(t: TaskLoad) -> float:
         # MLFS §3.3.3: min ||U_k - U_o||
-        point = (*t.demand, traffic_share(t, here - {t.key}))
-        return (math.dist(point, ideal), t.key)
+        return math.dist((*t.demand, traffic_share(t, here - {t.key})), ideal)
 
-    return min(candidates, key=distance)
+    far = {t.key: distance(t) for t in candidates}
+    best = min(far.values())
+    # MLFS §3.3.3: "tasks with high priorities will not be selected to migrate out"
+    near = [t for t in candidates if far[t.key] <= best + tie + _EPS]
+    return min(near, key=lambda t: (t.priority, far[t.key], t.key))
 
 
 def _check_dims(resources: tuple[str, ...], what: str, vector: tuple[float, ...]) -> None:

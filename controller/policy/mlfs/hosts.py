@@ -7,6 +7,9 @@ measured load (``NodeView.gpu_utilization``, 0 when not measured). mlsched never
 only servers with enough free GPUs for a task are candidates for it, and a task is given the
 least-loaded free GPUs of the chosen server whole.
 
+q, the migration degradation of §3.3.2 (``euclid``'s docstring), is computed per server from
+the task's ``move_s`` (:func:`move_cost_s`: measured t_sr, else modelled) and remaining time.
+
 Host choice is :func:`~controller.policy.mlfs.euclid.choose_host`'s rule, evaluated for all
 servers at once: the pool keeps each server's point, free GPUs, least GPU load and overload
 flag in NumPy arrays, so a task costs a few array operations rather than a Python loop over
@@ -25,15 +28,26 @@ from types import MappingProxyType
 
 import numpy as np
 
-from controller.policy.base import NodeView
+from controller.policy.base import JobView, NodeView
 from controller.policy.mlfs.config import MlfsConfig
-from controller.policy.mlfs.euclid import HostChoice, Server, TaskLoad, is_overloaded
+from controller.policy.mlfs.euclid import (
+    MIN_HEADROOM,
+    UNKNOWN_REMAINING_S,
+    HostChoice,
+    Server,
+    TaskLoad,
+    is_overloaded,
+)
 from controller.policy.mlfs.priority import TaskKey
 
 Placed = tuple[TaskKey, str, tuple[int, ...]]  # task, server, GPU indices
 _EPS = 1e-9  # the rounding allowance of euclid's threshold tests
 _SLACK = 1e-6  # capacity() rounds up rather than down
 _NEAR = 1e-9  # relative: NumPy's and math.dist's distances differ by far less
+# q's model of t_sr before a job has a measured one (simulator/jobmodel.py's, UniSched Fig. 3)
+MODEL_SUSPEND_S = 4.0
+MODEL_RESUME_S = 20.0
+MODEL_RESUME_PER_GPU_S = 5.0 / 14.0
 
 
 class HostPool:
@@ -219,7 +233,7 @@ class HostPool:
         exclude: Collection[str] = (),
     ) -> HostChoice | None:
         """``choose_host(task, servers, placement)`` over the underloaded servers with
-        ``per_task`` free GPUs outside ``exclude`` (module docstring), without degradation."""
+        ``per_task`` free GPUs outside ``exclude`` (module docstring), q included."""
         under = self._open(per_task, exclude)
         return self._choose(task, under, self._fits(task, under), placement)
 
@@ -267,15 +281,29 @@ class HostPool:
             shares = np.zeros(len(self._ids), dtype=np.float64)
             shares[list(share)] = list(share.values())
             rough += (shares[rows] - ideal[-2]) ** 2
+        q = self._degradation(task)
+        if q is not None:
+            rough += q[rows] ** 2
         near = rows[rough <= rough.min() * (1 + _NEAR) + 1e-300]
         best: HostChoice | None = None
         for row in near.tolist():  # in id order: ties go to the smaller id
             s = self.servers[self._ids[row]]
-            distance = math.dist((*s.utilisation, share.get(row, 0.0), 0.0), ideal)
+            q_row = 0.0 if q is None else float(q[row])
+            distance = math.dist((*s.utilisation, share.get(row, 0.0), q_row), ideal)
             if best is None or distance < best.distance:
                 gpu = min(s.gpus, key=lambda g: (s.gpus[g], g))
                 best = HostChoice(s.id, gpu, distance)
         return best
+
+    def _degradation(self, task: TaskLoad) -> np.ndarray | None:
+        """q per server row (``euclid.degradation``, the same operations); None: 0 for all
+        (nothing to restore, or no bandwidth type)."""
+        if task.move_s <= 0 or "bandwidth" not in self.resources:
+            return None
+        busy = self._point[:, self.resources.index("bandwidth")]
+        cost = task.move_s / np.maximum(1.0 - busy, MIN_HEADROOM)
+        left = UNKNOWN_REMAINING_S if task.remaining_s is None else max(0.0, task.remaining_s)
+        return cost / (cost + left)
 
     def unload(self, server_id: str, demand: Sequence[float]) -> None:
         """Take a leaving task's load off its server (its GPUs are not free yet)."""
@@ -296,6 +324,18 @@ class HostPool:
     def _undo(self, mark: int) -> None:
         while len(self._journal) > mark:
             self._set(self._journal.pop())
+
+
+def move_cost_s(view: JobView) -> float:
+    """What moving the job's tasks costs, for q (``euclid.degradation``): 0 for a job with
+    nothing to restore (never ran); else its measured mean suspend + resume overhead t_sr
+    (``JobView.sr_overhead_s``), or, before one is measured, the model the simulator uses
+    (UniSched Fig. 3: suspend 4 s, resume 20 s + 5/14 s per GPU)."""
+    if view.attempt == 0:
+        return 0.0
+    if view.sr_overhead_s is not None and math.isfinite(view.sr_overhead_s):
+        return max(0.0, view.sr_overhead_s)
+    return MODEL_SUSPEND_S + MODEL_RESUME_S + MODEL_RESUME_PER_GPU_S * view.gpus
 
 
 def _server(server_id: str, point: tuple[float, ...], gpus: Mapping[int, float]) -> Server:

@@ -23,7 +23,7 @@ from controller.placement import TaskPlacement
 from controller.policy.base import JobView
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import Server, TaskLoad, choose_migrations, is_overloaded
-from controller.policy.mlfs.hosts import HostPool
+from controller.policy.mlfs.hosts import HostPool, move_cost_s
 from controller.policy.mlfs.jobs import peer_traffic, task_demand
 from controller.policy.mlfs.priority import TaskKey
 
@@ -100,7 +100,19 @@ def task_loads(
     for k in ranks:
         priority = task_priority(priorities, view.id, k)
         if not loads or not math.isfinite(priority):
-            loads.append(TaskLoad(view.id, k, demand, 0.0, None, priority, traffic.get(k, {})))
+            loads.append(
+                TaskLoad(
+                    view.id,
+                    k,
+                    demand,
+                    0.0,
+                    None,
+                    priority,
+                    traffic.get(k, {}),
+                    move_cost_s(view),  # q (hosts.py)
+                    view.estimated_remaining_s,
+                )
+            )
             continue
         # Like the first, which validated the demand; peer_traffic's volumes are 1 or 2.
         # Built without __init__, whose checks of every volume made a job O(tasks^2).

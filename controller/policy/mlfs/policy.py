@@ -84,6 +84,7 @@ from controller.policy.mlfs.moves import (
     unload_movers,
 )
 from controller.policy.mlfs.priority import TaskKey
+from controller.policy.ranks import for_agents
 
 
 @dataclass
@@ -151,13 +152,14 @@ class MlfhPolicy:
         suspends.extend(Suspend(v.id, reason) for v, reason in victims)
         gone = {v.id for v, _ in victims}
         renewals = tuple(Renew(v.id, lease) for v in expired if v.id not in gone)
-        return Decision(
+        decision = Decision(
             launch=tuple(launches),
             renew=renewals,
             suspend=tuple(suspends),
             migrate=tuple(migrations),
             stop=stops,
         )
+        return for_agents(job_priority, snapshot, decision, self.config.h_r)  # docs/overload.md
 
     def _queue_pass(
         self,

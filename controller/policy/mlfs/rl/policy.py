@@ -26,6 +26,7 @@ from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
 from controller.policy.mlfs.rl.cycle import Memory, Step, plan
 from controller.policy.mlfs.rl.network import FrozenPointer, PointerNet, load_model
+from controller.policy.ranks import Eq6Priorities
 
 
 @dataclass
@@ -46,9 +47,10 @@ class MlfRlPolicy:
             self.network, self.meta = load_model(self.model_path)
         self._frozen = FrozenPointer(self.network)  # inference in NumPy (network.py)
         self._memory = Memory(self.config)  # kept inputs; changes no decision (cycle.py)
+        self._agents = Eq6Priorities(self.config)  # Decision.priorities (ranks.py)
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
-        return plan(
+        decision = plan(
             snapshot,
             self,
             self.config,
@@ -57,6 +59,9 @@ class MlfRlPolicy:
             load_control=self.load_control,
             memory=self._memory,
         )
+        if self._agents.config is not self.config:
+            self._agents = Eq6Priorities(self.config)
+        return self._agents.add_to(snapshot, decision)  # Eq. 6 for the agents (ranks.py)
 
     def choose(self, step: Step) -> int:
         """The step's answer: argmax of the network's logits (hold is the last)."""

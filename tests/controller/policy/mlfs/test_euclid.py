@@ -175,9 +175,14 @@ def test_hot_gpu_only_gives_up_its_lowest_priority_tasks() -> None:
     # d leaves; GPU 0: 0.95 - 0.1 = 0.85 <= 0.9.
     chosen = choose_migrations(GPU_HOT, gpu_hot_tasks(), MlfsConfig(p_s=0.5))
     assert [t.job_id for t in chosen] == ["d"]
-    # p_s = 1: all four on GPU 0; U_o's gpu is a's 0.2 and a matches it exactly.
-    chosen = choose_migrations(GPU_HOT, gpu_hot_tasks(), MlfsConfig(p_s=1.0))
+    # p_s = 1: all four on GPU 0; U_o's gpu is a's 0.2 and a matches it exactly (distance 0);
+    # c is 0.05 away (gpu 0.15), d 0.15, b 0.16. The plain nearest (tie=0) is a; with the
+    # default near-tie band of 0.05 a and c count as equally close and c, priority 3 < a's 5,
+    # leaves: GPU 0 at 0.95 - 0.3 = 0.65.
+    chosen = choose_migrations(GPU_HOT, gpu_hot_tasks(), MlfsConfig(p_s=1.0), tie=0.0)
     assert [t.job_id for t in chosen] == ["a"]
+    chosen = choose_migrations(GPU_HOT, gpu_hot_tasks(), MlfsConfig(p_s=1.0))
+    assert [t.job_id for t in chosen] == ["c"]
 
 
 def test_gpu_overload_that_no_task_causes_moves_nothing_unless_the_server_is_hot() -> None:

@@ -38,7 +38,15 @@ def test_choose_is_choose_host(seed: int) -> None:
     for k in range(tasks):
         traffic = {("p", j): rng.choice((1.0, 2.0)) for j in range(tasks) if j != k}
         demand = tuple(rng.choice((0.0, 0.0, 0.05, 0.3)) for _ in TYPES)
-        task = TaskLoad("p", k, demand, rng.choice((0.0, 0.0, 0.1)), traffic=traffic)
+        task = TaskLoad(
+            "p",
+            k,
+            demand,
+            rng.choice((0.0, 0.0, 0.1)),
+            traffic=traffic,
+            move_s=rng.choice((0.0, 0.0, 30.0)),  # q (test_hosts_q.py)
+            remaining_s=rng.choice((None, 30.0, 600.0)),
+        )
         per_task = rng.choice((1, 1, 2))
         exclude = {rng.choice(servers).id} if rng.random() < 0.3 else set()
         open_ = [s for s in servers if len(s.gpus) >= per_task and s.id not in exclude]

@@ -1,0 +1,118 @@
+"""Task priorities for node agents (``Decision.priorities``; ``docs/overload.md``).
+
+An agent whose server is overloaded chooses the task to move out by MLFS' Euclidean rule, and
+the rule spares high-priority tasks (§3.3.3: the lowest-priority ``p_s`` of an overloaded GPU's
+tasks; near-ties go to the lowest priority). So every policy tells the agents its order:
+
+- **MLF-H, MLF-RL, MLFS**: Eq. 6's priority of each job that the decision launches or moves and
+  of each active job it looked at (on an overloaded server or asked to move), from the same
+  :class:`~controller.policy.mlfs.book.PriorityBook` arithmetic (:class:`Eq6Priorities`).
+- **Every other policy** (the policy-neutral rule, :func:`queue_priorities`): the order in
+  which the queue offered the jobs, the one order every policy shares: a job that joined the
+  queue earlier ranks higher. The value is ``-queued_since`` (seconds), so the rank it encodes
+  among the jobs holding GPUs does not change while a job runs and only a new attempt (a new
+  ``queued_since``) sends a new value. This is FIFO's own order; for SRTF, Tiresias, EDF,
+  Themis, Chronus, SLAQ, fair and UniSched it is a stand-in until a policy fills
+  ``Decision.priorities`` itself (it then takes precedence).
+
+Higher is more important in both; values are compared only among one node's tasks under one
+policy. Pure functions of the snapshot and the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from controller.policy.base import ClusterSnapshot, Decision, JobView
+from controller.policy.mlfs.book import PriorityBook
+from controller.policy.mlfs.config import MlfsConfig
+
+
+def leaving(snapshot: ClusterSnapshot, decision: Decision) -> set[str]:
+    """Active jobs the decision takes off their GPUs: suspended, stopped, or with an expired
+    lease it does not renew (migrated jobs keep running, elsewhere)."""
+    renewed = {r.job_id for r in decision.renew}
+    migrated = {m.job_id for m in decision.migrate}
+    return {
+        *(s.job_id for s in decision.suspend if s.job_id not in migrated),
+        *(s.job_id for s in decision.stop),
+        *(v.id for v in snapshot.expired() if v.id not in renewed and v.id not in migrated),
+    }
+
+
+def holding(snapshot: ClusterSnapshot, decision: Decision) -> list[JobView]:
+    """The jobs holding GPUs after ``decision``: the active ones it keeps, then its launches."""
+    gone = leaving(snapshot, decision)
+    kept = [v for v in snapshot.active if v.id not in gone]
+    launched = {item.job_id for item in decision.launch}
+    return kept + [v for v in snapshot.queued if v.id in launched]
+
+
+def queue_priorities(snapshot: ClusterSnapshot, decision: Decision) -> dict[str, float]:
+    """The policy-neutral rule (module docstring): ``-queued_since`` of every job holding GPUs
+    after the decision."""
+    return {v.id: -v.queued_since for v in holding(snapshot, decision)}
+
+
+def with_queue_priorities(snapshot: ClusterSnapshot, decision: Decision) -> Decision:
+    """``decision`` with the policy-neutral priorities, unless the policy gave its own."""
+    if decision.priorities:
+        return decision
+    priorities = queue_priorities(snapshot, decision)
+    return replace(decision, priorities=priorities) if priorities else decision
+
+
+def involved(snapshot: ClusterSnapshot, decision: Decision, h_r: float) -> list[JobView]:
+    """The jobs whose Eq. 6 priority the agents are told this cycle: those launched or
+    migrated, and active ones kept that an agent asked to move or that run on a server
+    measured above ``h_r``."""
+    hot = {n.id for n in snapshot.nodes if any(u > h_r for u in n.utilization.values())}
+    named = {item.job_id for item in (*decision.launch, *decision.migrate)}
+    gone = leaving(snapshot, decision)
+    out = [
+        v
+        for v in snapshot.active
+        if v.id not in gone
+        and (v.id in named or v.migration_requested or any(p.node_id in hot for p in v.placement))
+    ]
+    return out + [v for v in snapshot.queued if v.id in named]
+
+
+class Eq6Priorities:
+    """Eq. 6 job priorities for the agents (module docstring), with a book of its own so the
+    policy's book (kept for the policy's own job set) is not disturbed."""
+
+    def __init__(self, config: MlfsConfig) -> None:
+        self.config = config
+        self._book = PriorityBook(config)
+
+    def of(self, snapshot: ClusterSnapshot, decision: Decision) -> dict[str, float]:
+        """Each :func:`involved` job's priority: the largest of its tasks' (as MLF-H's queue)."""
+        jobs = involved(snapshot, decision, self.config.h_r)
+        if not jobs:
+            return {}
+        queued = {v.id for v in snapshot.queued}
+        result = self._book.priorities(
+            [v for v in jobs if v.id in queued],
+            [v for v in jobs if v.id not in queued],
+            snapshot.now,
+        )
+        return dict(result.job)
+
+    def add_to(self, snapshot: ClusterSnapshot, decision: Decision) -> Decision:
+        """``decision`` with :meth:`of` as its priorities (what it gave itself kept)."""
+        found = self.of(snapshot, decision)
+        if not found:
+            return decision
+        return replace(decision, priorities={**found, **decision.priorities})
+
+
+def for_agents(
+    job_priority: Mapping[str, float], snapshot: ClusterSnapshot, decision: Decision, h_r: float
+) -> Decision:
+    """``decision`` with the priorities a policy computed (``job_priority``) of the
+    :func:`involved` jobs, for a policy that has them at hand (MLF-H)."""
+    ids: Iterable[str] = (v.id for v in involved(snapshot, decision, h_r))
+    found = {i: job_priority[i] for i in ids if i in job_priority}
+    return replace(decision, priorities={**found, **decision.priorities}) if found else decision
