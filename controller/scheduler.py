@@ -28,6 +28,9 @@ from mlsched.model import JobEstimate, JobSpec, TaskState
 
 log = logging.getLogger(__name__)
 
+# Launches applied before their store transaction commits and their commands go out.
+LAUNCH_SLICE_S = 0.01
+
 
 def placement_problem(spec: JobSpec, placement: tuple[TaskPlacement, ...]) -> str | None:
     """Why ``placement`` cannot run a job of ``spec``; None when it can.
@@ -66,8 +69,10 @@ class Scheduler:
         state: ControllerState,
         policy: Policy,
         disconnect: Callable[[str], None] = lambda node_id: None,
+        launch_slice_s: float = LAUNCH_SLICE_S,
     ) -> None:
         self.state = state
+        self.launch_slice_s = launch_slice_s
         self.policy = policy
         self._disconnect = disconnect
         self.last_decision_s = 0.0
@@ -75,15 +80,20 @@ class Scheduler:
         self.priorities = PrioritySender()
 
     def run_cycle(self) -> Decision:
-        with self.state.lock:
-            self.check_liveness()
-            lifecycle.resume_pending_migrations(self.state)
-            snapshot = build_snapshot(self.state)
+        """Two store transactions a cycle (before and after the policy), commands sent after
+        each commits; the lazy commits of agent reports are made durable at the end."""
+        state = self.state
+        with state.lock:
+            with state.holding_commands():
+                self.check_liveness()
+                lifecycle.resume_pending_migrations(state)
+            snapshot = build_snapshot(state)
         started = time.perf_counter()
         decision = self.policy.decide(snapshot)
         self.last_decision_s = time.perf_counter() - started
-        with self.state.lock:
+        with state.lock:
             self.apply(snapshot, decision)
+        state.store.flush()
         return decision
 
     def check_liveness(self) -> None:
@@ -114,7 +124,26 @@ class Scheduler:
             )
 
     def apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
-        """Apply a decision made on ``snapshot``, skipping parts the world has overtaken."""
+        """Apply a decision made on ``snapshot``, skipping parts the world has overtaken.
+
+        A few store transactions (commands go out as each commits): up to the launches, the
+        launches in slices of ``launch_slice_s`` (a launch waits for its slice's commit, not
+        for the whole decision), the rest."""
+        with self.state.holding_commands():
+            self._apply_orders(snapshot, decision)
+        launches = iter(decision.launch)
+        item = next(launches, None)
+        while item is not None:
+            started = time.perf_counter()
+            with self.state.holding_commands():
+                while item is not None and time.perf_counter() - started < self.launch_slice_s:
+                    self._launch(item)
+                    item = next(launches, None)
+        with self.state.holding_commands():
+            self._apply_rest(decision)
+
+    def _apply_orders(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
+        """Suspensions, migrations, renewals and expired leases, each job once."""
         state = self.state
         handled: set[str] = set()
         for item in decision.suspend:
@@ -140,8 +169,9 @@ class Scheduler:
             job = state.job(view.id)
             if view.id not in handled and job is not None and job.state.active:
                 lifecycle.suspend(state, job, "lease expired and was not renewed")
-        for item in decision.launch:
-            self._launch(item)
+
+    def _apply_rest(self, decision: Decision) -> None:
+        state = self.state
         self.priorities.apply(state, decision.priorities)  # after the launches they follow
         self._keep_estimates(decision.estimates)
         self._stops.apply(state, (*decision.stop, *user_stops(state)))
@@ -152,7 +182,7 @@ class Scheduler:
         state = self.state
         if not estimates:
             return
-        with state.store.transaction():
+        with state.store.transaction(durable=False):
             for job_id, estimate in estimates.items():
                 job = state.job(job_id)
                 if job is not None and not job.state.terminal and job.estimate != estimate:
