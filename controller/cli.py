@@ -9,6 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
+from controller.auth.tls_setup import OperatorTls
 from controller.policy import available_policies
 from controller.policy.registry import DEFAULT_POLICY
 from controller.server import Controller, ControllerConfig
@@ -32,12 +33,40 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         help="directory for the SQLite state (jobs, tasks, nodes, events)",
     )
-    p.add_argument(
+    tls = p.add_argument_group(
+        "security",
+        "By default every endpoint is TLS: users and agents present certificates of the cluster"
+        " CA (the controller makes one in <state-dir>/tls on its first start, unless --tls-*"
+        " bring the operator's). Agents without a certificate redeem a one-time token"
+        " (`mlsched admin join-token NODE`) at the join endpoint. docs/wire.md.",
+    )
+    tls.add_argument(
+        "--join-listen",
+        default="",
+        help="host:port of the join endpoint (server-only TLS, JoinNode only) [--listen port+1]",
+    )
+    tls.add_argument("--tls-cert", type=Path, help="server certificate (PEM) of the operator's CA")
+    tls.add_argument("--tls-key", type=Path, help="its private key (PEM)")
+    tls.add_argument("--tls-ca", type=Path, help="the CA whose client certificates are accepted")
+    tls.add_argument(
+        "--tls-name",
+        action="append",
+        default=[],
+        help="another DNS name or IP clients dial, for the server certificate (repeatable)",
+    )
+    tls.add_argument(
+        "--insecure",
+        action="store_true",
+        help="DEVELOPMENT ONLY: plaintext, users taken at their word, agents by a shared token",
+    )
+    tls.add_argument(
         "--join-token",
         default=os.environ.get("MLSCHED_JOIN_TOKEN"),
-        help="cluster join token agents must present (or env MLSCHED_JOIN_TOKEN)",
+        help="with --insecure: the shared token agents present (or env MLSCHED_JOIN_TOKEN)",
     )
-    p.add_argument("--join-token-file", type=Path, help="read the join token from this file")
+    tls.add_argument(
+        "--join-token-file", type=Path, help="with --insecure: read the shared token from here"
+    )
     p.add_argument(
         "--policy",
         default=os.environ.get("MLSCHED_POLICY") or DEFAULT_POLICY,
@@ -92,6 +121,17 @@ def read_join_token(token: str | None, token_file: Path | None) -> str:
     return token
 
 
+def _operator_tls(args: argparse.Namespace) -> OperatorTls | None:
+    given = [args.tls_cert, args.tls_key, args.tls_ca]
+    if not any(given):
+        return None
+    if not all(given):
+        raise SystemExit("mlsched: --tls-cert, --tls-key and --tls-ca go together")
+    if args.insecure:
+        raise SystemExit("mlsched: --insecure and --tls-* contradict each other")
+    return OperatorTls(cert=args.tls_cert, key=args.tls_key, ca=args.tls_ca)
+
+
 def run_controller(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -107,7 +147,11 @@ def run_controller(args: argparse.Namespace) -> int:
     config = ControllerConfig(
         listen=args.listen,
         state_dir=args.state_dir,
-        join_token=read_join_token(args.join_token, args.join_token_file),
+        join_token=read_join_token(args.join_token, args.join_token_file) if args.insecure else "",
+        insecure=args.insecure,
+        join_listen=args.join_listen,
+        operator_tls=_operator_tls(args),
+        tls_names=tuple(args.tls_name),
         policy=args.policy,
         heartbeat_interval_s=args.heartbeat_interval,
         settings=ControllerSettings(
@@ -128,8 +172,14 @@ def run_controller(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_STATE_DIR_IN_USE
+    except OSError as exc:  # a port taken, a TLS file missing
+        raise SystemExit(f"mlsched: {exc}") from None
     controller.start()
     print(f"listening on {controller.address}", flush=True)
+    if controller.join_address:
+        print(f"join endpoint on {controller.join_address}", flush=True)
+    if controller.ca_file is not None:
+        print(f"cluster CA {controller.ca_file}", flush=True)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: controller.request_shutdown())
     controller.wait()

@@ -12,6 +12,11 @@ from pathlib import Path
 import grpc
 
 from controller.agent_events import AgentEvents
+from controller.auth.guard import Guard
+from controller.auth.identity_service import IdentityServicer
+from controller.auth.jointokens import JoinTokens
+from controller.auth.limits import UserLimits
+from controller.auth.tls_setup import OperatorTls, join_listen_for, load_server_tls
 from controller.clock import Clock, SystemClock
 from controller.dispatch import AgentSessions
 from controller.jobs import JobOperations
@@ -24,11 +29,13 @@ from controller.state import ControllerSettings, ControllerState
 from controller.store import SqliteStore
 from mlsched.client import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
 from mlsched.statelock import StateDirLock
-from mlsched.v1 import agent_pb2_grpc, jobs_pb2_grpc
+from mlsched.v1 import agent_pb2_grpc, identity_pb2_grpc, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "controller.lock"
+# Agents' sessions hold a thread each; users' streams may hold at most UserLimits.streams_total.
+RPC_THREADS = 256
 
 # The server's side of keepalive: it pings idle agents and CLIs as often as they ping it (a
 # session whose agent stopped answering is closed), and accepts their pings, even without an
@@ -46,10 +53,15 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 class ControllerConfig:
     listen: str
     state_dir: Path
-    join_token: str
+    join_token: str = ""  # only a controller started --insecure takes agents by a shared token
     policy: str = DEFAULT_POLICY
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     heartbeat_interval_s: float = 5.0
+    insecure: bool = False
+    join_listen: str = ""  # "": the listen port + 1 (any free port with port 0)
+    operator_tls: OperatorTls | None = None  # None: the controller's own CA (state dir)
+    tls_names: tuple[str, ...] = ()  # more DNS names/IPs for the server certificate
+    limits: UserLimits = field(default_factory=UserLimits)
 
 
 class Controller:
@@ -85,15 +97,17 @@ class Controller:
         self.loop = SchedulerLoop(self.scheduler, config.settings.cycle_s)
         self.ops = JobOperations(self.state)
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=128, thread_name_prefix="rpc"),
+            futures.ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),
             options=SERVER_OPTIONS,
         )
+        guard = Guard(config.limits, allow_claims=config.insecure)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(
-            JobServicer(self.ops, self.state, self.sessions, self.loop.trigger), self.server
+            JobServicer(self.ops, self.state, self.sessions, self.loop.trigger, guard),
+            self.server,
         )
         agent_pb2_grpc.add_AgentServiceServicer_to_server(
             AgentServicer(
-                config.join_token,
+                config.join_token if config.insecure else "",
                 AgentEvents(self.state),
                 self.sessions,
                 self.loop.trigger,
@@ -101,18 +115,52 @@ class Controller:
             ),
             self.server,
         )
-        port = self.server.add_insecure_port(config.listen)
+        host = config.listen.rsplit(":", 1)[0]
+        self.join_address = ""
+        self.ca_file: Path | None = None
+        if config.insecure:
+            port = self.server.add_insecure_port(config.listen)
+        else:
+            port = self._add_tls_ports(config)
         if port == 0:
             raise OSError(f"cannot listen on {config.listen}")
-        host = config.listen.rsplit(":", 1)[0]
         self.address = f"{host}:{port}"
         self._shutdown = threading.Event()
         self._stopped = False
+
+    def _add_tls_ports(self, config: ControllerConfig) -> int:
+        tls = load_server_tls(
+            config.state_dir, config.listen, config.tls_names, config.operator_tls
+        )
+        port = self.server.add_secure_port(config.listen, tls.mutual())
+        if tls.authority is None:  # the operator's CA: nodes get certificates from the operator
+            return port
+        self.ca_file = tls.authority.ca_file
+        tokens = JoinTokens(tls.authority.dir)
+        identity_pb2_grpc.add_IdentityServiceServicer_to_server(
+            IdentityServicer(tls.authority, tokens, self._audit_join), self.server
+        )
+        join_listen = config.join_listen or join_listen_for(config.listen)
+        join_port = self.server.add_secure_port(join_listen, tls.server_only())
+        if join_port == 0:
+            raise OSError(f"cannot listen on {join_listen} (the join endpoint)")
+        self.join_address = f"{join_listen.rsplit(':', 1)[0]}:{join_port}"
+        return port
+
+    def _audit_join(self, node_id: str, message: str) -> None:
+        with self.state.lock:
+            self.state.emit("node_joined", message, node_id=node_id)
 
     def start(self) -> None:
         self.server.start()
         self.loop.start()
         _write_atomic(self.config.state_dir / "controller.addr", self.address + "\n")
+        if self.config.insecure:
+            log.warning(
+                "INSECURE: plaintext gRPC on %s; anyone who reaches it can act as any user or"
+                " node (--insecure is for development only)",
+                self.address,
+            )
         with self.state.lock:
             self.state.emit(
                 "controller_started",

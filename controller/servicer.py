@@ -16,6 +16,10 @@ from typing import Any, TypeVar
 import grpc
 
 from controller.agent_events import AgentEvents
+from controller.auth.guard import Guard
+from controller.auth.peer import certified, is_tls
+from controller.auth.spec_limits import check_spec
+from controller.auth.visibility import may_see_all, visible
 from controller.commands import TaskRef, TaskReport
 from controller.dispatch import (
     AgentSessions,
@@ -34,11 +38,11 @@ from controller.jobs import JobOperations
 from controller.state import ControllerState
 from mlsched import serde
 from mlsched.model import Node
+from mlsched.security.names import NODE
 from mlsched.v1 import agent_pb2, agent_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-USER_KEY = "mlsched-user"
 JOIN_TOKEN_KEY = "mlsched-join-token"
 DEFAULT_LOG_BYTES = 64 * 1024
 LOG_FETCH_TIMEOUT_S = 10.0
@@ -76,13 +80,6 @@ def _metadata(context: grpc.ServicerContext) -> dict[str, str]:
     return {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
 
 
-def caller(context: grpc.ServicerContext) -> str:
-    user = _metadata(context).get(USER_KEY, "").strip()
-    if not user:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, f"missing '{USER_KEY}' metadata")
-    return user
-
-
 class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def __init__(
         self,
@@ -90,20 +87,24 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         state: ControllerState,
         sessions: AgentSessions,
         on_change: Callable[[], None],
+        guard: Guard | None = None,
     ) -> None:
         self._ops = ops
         self._state = state
         self._sessions = sessions
         self._on_change = on_change
+        self._guard = guard or Guard()
 
     @maps_errors
     def SubmitJob(
         self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.SubmitJobResponse:
-        user = caller(context)
+        user = self._guard.person(context).name
         if not request.HasField("spec"):
             raise InvalidArgument("spec is required")
-        job = self._ops.submit(user, serde.spec_from_proto(request.spec), request.request_id)
+        spec = serde.spec_from_proto(request.spec)
+        check_spec(spec)
+        job = self._ops.submit(user, spec, request.request_id)
         self._on_change()
         return jobs_pb2.SubmitJobResponse(job=serde.job_to_proto(job, []))
 
@@ -111,24 +112,26 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def GetJob(
         self, request: jobs_pb2.GetJobRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.GetJobResponse:
-        caller(context)
+        who = self._guard.person(context)
         job, tasks = self._ops.get(request.job_id)
-        return jobs_pb2.GetJobResponse(job=serde.job_to_proto(job, tasks))
+        return jobs_pb2.GetJobResponse(job=serde.job_to_proto(visible(who, job), tasks))
 
     @maps_errors
     def ListJobs(
         self, request: jobs_pb2.ListJobsRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.ListJobsResponse:
-        caller(context)
+        who = self._guard.person(context)
         states = [serde.job_state_from_proto(s) for s in request.states]
         jobs = self._ops.list(states, request.user)
-        return jobs_pb2.ListJobsResponse(jobs=[serde.job_to_proto(j, t) for j, t in jobs])
+        return jobs_pb2.ListJobsResponse(
+            jobs=[serde.job_to_proto(visible(who, j), t) for j, t in jobs]
+        )
 
     @maps_errors
     def CancelJob(
         self, request: jobs_pb2.CancelJobRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.CancelJobResponse:
-        job = self._ops.cancel(caller(context), request.job_id)
+        job = self._ops.cancel(self._guard.person(context).name, request.job_id)
         self._on_change()
         _, tasks = self._ops.get(job.id)
         return jobs_pb2.CancelJobResponse(job=serde.job_to_proto(job, tasks))
@@ -137,7 +140,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def StopJob(
         self, request: jobs_pb2.StopJobRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.StopJobResponse:
-        job = self._ops.stop(caller(context), request.job_id, request.reason)
+        job = self._ops.stop(self._guard.person(context).name, request.job_id, request.reason)
         self._on_change()
         _, tasks = self._ops.get(job.id)
         return jobs_pb2.StopJobResponse(job=serde.job_to_proto(job, tasks))
@@ -146,7 +149,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def ListNodes(
         self, request: jobs_pb2.ListNodesRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.ListNodesResponse:
-        caller(context)
+        self._guard.person(context)
         return jobs_pb2.ListNodesResponse(
             nodes=[serde.node_to_proto(n, busy) for n, busy in self._ops.nodes()]
         )
@@ -155,9 +158,12 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def GetJobLogs(
         self, request: jobs_pb2.GetJobLogsRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.GetJobLogsResponse:
-        caller(context)
+        who = self._guard.person(context)
         if request.max_bytes < 0:
             raise InvalidArgument("max_bytes must not be negative")
+        job, _ = self._ops.get(request.job_id)
+        if not may_see_all(who, job):
+            raise PermissionDenied(f"job {job.id} belongs to {job.user!r}; its logs are theirs")
         node_id, task = self._ops.log_location(request.job_id, request.rank)
         reply = self._sessions.fetch_logs(
             node_id,
@@ -174,7 +180,12 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def WatchEvents(
         self, request: jobs_pb2.WatchEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[jobs_pb2.WatchEventsResponse]:
-        caller(context)
+        with self._guard.stream(self._guard.person(context), context):
+            yield from self._events(request, context)
+
+    def _events(
+        self, request: jobs_pb2.WatchEventsRequest, context: grpc.ServicerContext
+    ) -> Iterator[jobs_pb2.WatchEventsResponse]:
         after = request.after_seq
         while context.is_active():
             events = self._state.store.events_after(after, request.job_id)
@@ -210,15 +221,19 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         request_iterator: Iterator[agent_pb2.AgentSessionRequest],
         context: grpc.ServicerContext,
     ) -> Iterator[agent_pb2.AgentSessionResponse]:
-        token = _metadata(context).get(JOIN_TOKEN_KEY, "")
-        if not hmac.compare_digest(token.encode(), self._join_token.encode()):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing cluster join token")
+        certified_node = self._authenticate(context)
         first = next(request_iterator, None)
         if first is None:
             return
         if first.WhichOneof("message") != "register":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
         node, reports = _registration(first.register, context)
+        if certified_node is not None and node.id != certified_node:
+            log.warning("node %s tried to register as %s: refused", certified_node, node.id)
+            context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"this agent's certificate names node {certified_node!r}, not {node.id!r}",
+            )
         session = self._sessions.open(node.id)
         self._events.register(node, reports, first.register.self_fence_margin_s)
         self._on_change()
@@ -246,6 +261,23 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         finally:
             if self._sessions.remove(session):
                 self._events.disconnected(node.id)
+
+    def _authenticate(self, context: grpc.ServicerContext) -> str | None:
+        """The node id the caller's certificate names (TLS), or None once a plaintext caller
+        (a controller started --insecure) showed the join token; aborts otherwise."""
+        if is_tls(context):
+            who = certified(context)
+            if who is None or who.kind != NODE:
+                context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED, "only a node's certificate opens a session"
+                )
+            return who.name
+        token = _metadata(context).get(JOIN_TOKEN_KEY, "")
+        if not self._join_token or not hmac.compare_digest(
+            token.encode(), self._join_token.encode()
+        ):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing cluster join token")
+        return None
 
     def _read(
         self, requests: Iterator[agent_pb2.AgentSessionRequest], node_id: str, session: Any

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -32,7 +33,24 @@ def _client_args(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
         default=os.environ.get("MLSCHED_CONTROLLER", DEFAULT_CONTROLLER),
         help="controller address (or env MLSCHED_CONTROLLER) [%(default)s]",
     )
-    p.add_argument("--user", default=_default_user(), help="your user name [%(default)s]")
+    p.add_argument(
+        "--credentials",
+        type=Path,
+        default=None,
+        help="your credential bundle (ca.pem, cert.pem, key.pem; `mlsched admin issue-user`)"
+        " [$MLSCHED_CREDENTIALS, else ~/.config/mlsched]",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="DEVELOPMENT ONLY: plaintext to a controller started --insecure, claiming --user",
+    )
+    p.add_argument(
+        "--user",
+        default=None,
+        help="with --insecure: the user name to claim [$MLSCHED_USER or your login]; with"
+        " credentials, the name your certificate states is used",
+    )
     if json_flag:
         p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -46,8 +64,21 @@ def _with_client(
 ) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from mlsched.client import Client
+        from mlsched.security import bundle
+        from mlsched.security.names import parse_common_name
 
-        with Client(args.controller, args.user) as client:
+        if args.insecure:
+            args.user = args.user or _default_user()
+            with Client(args.controller, args.user) as client:
+                return fn(client, args)
+        try:
+            creds = bundle.load(args.credentials or bundle.default_dir())
+        except bundle.CredentialsError as exc:
+            print(f"mlsched: {exc}", file=sys.stderr)
+            return 2
+        who = parse_common_name(creds.common_name())
+        args.user = who.name if who is not None else ""
+        with Client(args.controller, credentials=creds) as client:
             return fn(client, args)
 
     return run
@@ -147,6 +178,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from controller.admin_cli import add_admin_command
     from controller.cli import add_controller_command
     from mlsched import __version__
     from nodeagent.cli import add_agent_command
@@ -160,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mlsched {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_controller_command(sub)
+    add_admin_command(sub)
     add_agent_command(sub)
     add_simulate_command(sub)
     add_sweep_command(sub)

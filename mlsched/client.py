@@ -11,6 +11,7 @@ import grpc
 
 from mlsched import serde
 from mlsched.model import Event, Job, JobSpec, JobState, Node, Task
+from mlsched.security.bundle import Bundle
 from mlsched.v1 import jobs_pb2, jobs_pb2_grpc
 
 USER_KEY = "mlsched-user"
@@ -44,20 +45,29 @@ class JobLogs:
 
 
 class Client:
-    """One channel per client; every call carries the user's name."""
+    """One channel per client. With ``credentials`` (a user's bundle) the channel is mutual
+    TLS and the certificate says who calls; without, it is plaintext and every call claims
+    ``user``, which only a controller started ``--insecure`` believes."""
 
     def __init__(
         self,
         address: str,
-        user: str,
+        user: str = "",
         timeout_s: float = 30.0,
         *,
+        credentials: Bundle | None = None,
         retry_delays_s: Sequence[float] = SUBMIT_RETRY_DELAYS_S,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._channel = grpc.insecure_channel(address, options=KEEPALIVE_OPTIONS)
+        if credentials is not None:
+            self._channel = grpc.secure_channel(
+                address, credentials.channel_credentials(), options=KEEPALIVE_OPTIONS
+            )
+            self._metadata: tuple[tuple[str, str], ...] = ()
+        else:
+            self._channel = grpc.insecure_channel(address, options=KEEPALIVE_OPTIONS)
+            self._metadata = ((USER_KEY, user),)
         self._stub = jobs_pb2_grpc.JobServiceStub(self._channel)
-        self._metadata = ((USER_KEY, user),)
         self._timeout_s = timeout_s
         self._retry_delays_s = tuple(retry_delays_s)
         self._sleep = sleep

@@ -21,6 +21,7 @@ three run at once.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import shutil
 import signal
@@ -49,6 +50,7 @@ from mlsched.model import (
     Task,
     TaskState,
 )
+from mlsched.security.names import NameError_, check_name
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 NODES = ("node-a", "node-b")
@@ -273,16 +275,26 @@ def _run_cluster(
     for node_id in NODES:
         cluster.start_agent(node_id, gpus=scenario.gpus_per_node)
     cluster.wait_for_nodes(set(NODES))
+    user = _local_user()
     print(
         f"controller {cluster.address} (policy {scenario.policy}), agents "
         f"{', '.join(NODES)} ({scenario.gpus_per_node} GPUs each), lease {lease_s:g} s, "
-        f"state in {root}\nstory: {scenario.story}",
+        f"state in {root}\nyour credentials: MLSCHED_CREDENTIALS={root / 'users' / user}"
+        f"\nstory: {scenario.story}",
         file=out,
         flush=True,
     )
-    with cluster.client("demo") as client:
+    with cluster.client(user) as client:
         driver = _Driver(client, scenario, out, started, started + timeout_s)
         return driver, driver.run()
+
+
+def _local_user() -> str:
+    """This machine's user name when it can be certified, else ``demo``."""
+    try:
+        return check_name(getpass.getuser())
+    except (NameError_, KeyError, OSError):
+        return "demo"
 
 
 class _Driver:

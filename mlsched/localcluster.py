@@ -15,8 +15,14 @@ from pathlib import Path
 
 import grpc
 
+from controller.admin_cli import issue_join_token, issue_user
 from mlsched.client import Client
 from mlsched.model import Event
+from mlsched.security import bundle
+from mlsched.security.authority import CA_CERT, TLS_DIR
+
+# A local agent's join token is spent within seconds; this bounds a leaked one.
+JOIN_TOKEN_TTL_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -29,17 +35,30 @@ class ClusterTiming:
 
 
 class LocalCluster:
-    """Processes under ``root``: ``controller/``, ``<node-id>/``, shared ``checkpoints/``."""
+    """Processes under ``root``: ``controller/``, ``<node-id>/``, shared ``checkpoints/``,
+    ``users/<name>/`` (credential bundles issued for :meth:`client`).
+
+    Secure like a deployment: the controller makes its CA, each agent redeems a one-time join
+    token for its node certificate, each user gets a certificate. ``insecure`` runs everything
+    plaintext with one shared token instead (development of the --insecure path only)."""
 
     def __init__(
-        self, root: Path, timing: ClusterTiming = ClusterTiming(), policy: str = "fifo-lease"
+        self,
+        root: Path,
+        timing: ClusterTiming = ClusterTiming(),
+        policy: str = "fifo-lease",
+        *,
+        insecure: bool = False,
     ) -> None:
         self.root = root
         self.timing = timing
         self.policy = policy
-        self.token_file = root / "join-token"
+        self.insecure = insecure
+        self.token_file = root / "join-token"  # the shared token of an insecure cluster
         self.checkpoint_root = root / "checkpoints"
         self.address = ""
+        self.join_address = ""
+        self._issuing = threading.Lock()
         self.controller: subprocess.Popen[bytes] | None = None
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
         root.mkdir(parents=True, exist_ok=True)
@@ -61,9 +80,8 @@ class LocalCluster:
             "--listen",
             listen,
             "--state-dir",
-            str(self.root / "controller"),
-            "--join-token-file",
-            str(self.token_file),
+            str(self.state_dir),
+            *self._controller_security(),
             "--policy",
             self.policy,
             "--lease-seconds",
@@ -84,7 +102,54 @@ class LocalCluster:
         if not line.startswith("listening on "):
             raise RuntimeError(f"controller did not start (see {self.root / 'controller.log'})")
         self.address = line.split()[-1]
+        if not self.insecure:
+            line = _read_line(self.controller, timeout_s)
+            if not line.startswith("join endpoint on "):
+                raise RuntimeError(f"no join endpoint (see {self.root / 'controller.log'})")
+            self.join_address = line.split()[-1]
         return self.address
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "controller"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.state_dir / TLS_DIR / CA_CERT
+
+    def _controller_security(self) -> list[str]:
+        if self.insecure:
+            return ["--insecure", "--join-token-file", str(self.token_file)]
+        return ["--join-listen", self.join_address or "127.0.0.1:0"]
+
+    def _agent_security(self, node_id: str, state_dir: Path) -> list[str]:
+        """Flags of an agent: its join token and the CA to check the controller by, until it
+        holds a certificate (a restarted agent uses the one it has)."""
+        if self.insecure:
+            return ["--insecure", "--join-token-file", str(self.token_file)]
+        if bundle.exists(state_dir / "tls"):
+            return []
+        token_file = self.root / f"{node_id}.join-token"
+        token = issue_join_token(self.state_dir, node_id, JOIN_TOKEN_TTL_S)
+        token_file.write_text(token + "\n")
+        token_file.chmod(0o600)
+        return [
+            "--join-token-file",
+            str(token_file),
+            "--ca-file",
+            str(self.ca_file),
+            "--join-controller",
+            self.join_address,
+        ]
+
+    def credentials(self, user: str, admin: bool = False) -> bundle.Bundle:
+        """The credential bundle of ``user`` (issued on first use, like `mlsched admin
+        issue-user`), under ``users/<user>``."""
+        directory = self.root / "users" / (f"admin-{user}" if admin else user)
+        with self._issuing:  # clients are made from several threads
+            if not bundle.exists(directory):
+                issue_user(self.state_dir, user, admin, directory)
+            return bundle.load(directory)
 
     def start_agent(
         self, node_id: str, gpus: int = 2, extra: list[str] | None = None
@@ -99,8 +164,7 @@ class LocalCluster:
             "agent",
             "--controller",
             self.address,
-            "--join-token-file",
-            str(self.token_file),
+            *self._agent_security(node_id, state_dir),
             "--node-id",
             node_id,
             "--state-dir",
@@ -123,8 +187,11 @@ class LocalCluster:
         self.agents[node_id] = process
         return process
 
-    def client(self, user: str = "demo") -> Client:
-        return Client(self.address, user)
+    def client(self, user: str = "demo", admin: bool = False) -> Client:
+        """A client of ``user`` (``admin``: with the admin role), holding their certificate."""
+        if self.insecure:
+            return Client(self.address, user)
+        return Client(self.address, credentials=self.credentials(user, admin))
 
     def wait_for_event(
         self,

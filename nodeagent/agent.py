@@ -8,6 +8,7 @@ import socket
 import threading
 from collections.abc import Mapping
 
+import grpc
 import psutil
 
 import mlsched
@@ -62,13 +63,16 @@ class NodeAgent:
         *,
         clock: Clock | None = None,
         gpus: GpuBackend | None = None,
+        channel_credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        """``gpus`` replaces GPU detection (tests); ``clock`` replaces the real clock."""
+        """``gpus`` replaces GPU detection (tests); ``clock`` replaces the real clock;
+        ``channel_credentials``: mutual TLS to the controller (None: plaintext, --insecure)."""
         config.validate()
         self._config = config
         self._paths = config.paths()
         self._clock = clock or SystemClock()
         self._gpus_override = gpus
+        self._channel_credentials = channel_credentials
         self._stop_requested = threading.Event()
         self._fatal: str | None = None
         self._started = False
@@ -171,6 +175,7 @@ class NodeAgent:
                 reconnect_initial_s=cfg.reconnect_initial_s,
                 reconnect_max_s=cfg.reconnect_max_s,
                 clock=self._clock,
+                credentials=self._channel_credentials,
             )
             self._fence = SelfFence(
                 self._tasks, self._link.cut_off_s, self._fence_after_s, cfg.suspend_grace_s

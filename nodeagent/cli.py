@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.config import AgentConfig, ConfigError
+from nodeagent.credentials import add_security_arguments, channel_credentials, security_args
 from nodeagent.gpus import GpuConfigError
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="where trainers reach the agent (default: 127.0.0.1:0, any free port)",
     )
+    add_security_arguments(parser)
     load = parser.add_argument_group(
         "load and overload (MLFS)",
         "The node's load is reported as shares of these capacities; when a resource type or a "
@@ -279,12 +281,11 @@ def run_from_args(args: argparse.Namespace) -> int:
         )
     try:
         config = config_from_args(args)
+        credentials = channel_credentials(config, security_args(args))
     except ConfigError as exc:
         print(f"mlsched agent: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    if not config.join_token:
-        log.warning("no join token given (--join-token-file or %s)", JOIN_TOKEN_ENV)
-    agent = NodeAgent(config)
+    agent = NodeAgent(config, channel_credentials=credentials)
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -183,8 +183,10 @@ class ControllerLink:
         reconnect_initial_s: float = 0.5,
         reconnect_max_s: float = 10.0,
         clock: Clock | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         self._address = address
+        self._credentials = credentials  # None: plaintext (a controller started --insecure)
         self._join_token = join_token
         self._handler = handler
         self._on_fatal = on_fatal
@@ -290,7 +292,10 @@ class ControllerLink:
             ("grpc.min_reconnect_backoff_ms", int(self._initial_s * 1000)),
             ("grpc.max_reconnect_backoff_ms", max(1, int(self.backoff.cap_s * 1000))),
         ]
-        channel = grpc.insecure_channel(self._address, options=options)
+        if self._credentials is not None:
+            channel = grpc.secure_channel(self._address, self._credentials, options=options)
+        else:
+            channel = grpc.insecure_channel(self._address, options=options)
         outbox = Outbox()
         with self._lock:
             self._outbox = outbox

@@ -78,6 +78,9 @@ def start_controller(state_dir: Path) -> Controller:
         join_token=TOKEN,
         settings=SETTINGS,
         heartbeat_interval_s=60.0,
+        # The servicers' refusals and status codes, on plaintext with claimed users; the
+        # authenticated (TLS) surface is tests/controller/test_auth.py's.
+        insecure=True,
     )
     controller = Controller(config, clock=ManualClock())
     controller.start()

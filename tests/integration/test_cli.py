@@ -59,33 +59,40 @@ def mlsched(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedP
 
 
 def client(
-    command: str, *args: str | Path, addr: str, user: str = "alice"
+    command: str, *args: str | Path, addr: LocalCluster | str, user: str = "alice"
 ) -> subprocess.CompletedProcess[str]:
-    return mlsched(command, *args, "--controller", addr, "--user", user)
+    """``mlsched COMMAND`` as ``user``: with the user's certificate bundle on a LocalCluster,
+    claiming the name (--insecure) at a bare address."""
+    if isinstance(addr, LocalCluster):
+        addr.credentials(user)
+        bundle = addr.root / "users" / user
+        return mlsched(command, *args, "--controller", addr.address, "--credentials", bundle)
+    return mlsched(command, *args, "--controller", addr, "--insecure", "--user", user)
 
 
-def all_jobs(addr: str) -> list[dict]:
+def all_jobs(addr: LocalCluster) -> list[dict]:
     result = client("jobs", "--json", "--all", addr=addr)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
-def _controller(root: Path) -> Iterator[str]:
+def _controller(root: Path) -> Iterator[LocalCluster]:
     cluster = LocalCluster(root)
     try:
-        yield cluster.start_controller()
+        cluster.start_controller()
+        yield cluster
     finally:
         cluster.stop()
 
 
 @pytest.fixture(scope="module")
-def empty_controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def empty_controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A controller that must never store a job: only bad submissions reach it."""
     yield from _controller(tmp_path_factory.mktemp("empty") / "c")
 
 
 @pytest.fixture(scope="module")
-def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     yield from _controller(tmp_path_factory.mktemp("flow") / "c")
 
 
@@ -162,7 +169,7 @@ class BadSubmissions:
 
 @pytest.fixture(scope="module")
 def bad_submissions(
-    empty_controller: str, tmp_path_factory: pytest.TempPathFactory
+    empty_controller: LocalCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> BadSubmissions:
     """Every bad spec submitted at once (concurrent subprocesses keep this fast), then the
     controller's job list."""
@@ -215,7 +222,7 @@ def test_submit_lists_every_problem(bad_submissions: BadSubmissions) -> None:
     )
 
 
-def test_submit_non_utf8_file(empty_controller: str, tmp_path: Path) -> None:
+def test_submit_non_utf8_file(empty_controller: LocalCluster, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_bytes(b"name: \xff\xfe\ngpus: 1\n")
     result = client("submit", spec, addr=empty_controller)
@@ -226,7 +233,7 @@ def test_submit_non_utf8_file(empty_controller: str, tmp_path: Path) -> None:
 # --- the happy path and server-side refusals ---------------------------------------------
 
 
-def test_submit_list_describe_cancel(controller: str, tmp_path: Path) -> None:
+def test_submit_list_describe_cancel(controller: LocalCluster, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(VALID)
     result = client("submit", spec, addr=controller)
@@ -271,7 +278,7 @@ def test_submit_list_describe_cancel(controller: str, tmp_path: Path) -> None:
     assert "job_state" in kinds
 
 
-def test_describe_unknown_job_is_not_found(controller: str) -> None:
+def test_describe_unknown_job_is_not_found(controller: LocalCluster) -> None:
     result = client("describe", "j-nope", addr=controller)
     assert result.returncode != 0
     assert "NOT_FOUND" in result.stderr, result.stderr
@@ -279,19 +286,19 @@ def test_describe_unknown_job_is_not_found(controller: str) -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_logs_of_unknown_job_is_not_found(controller: str) -> None:
+def test_logs_of_unknown_job_is_not_found(controller: LocalCluster) -> None:
     result = client("logs", "j-nope", addr=controller)
     assert result.returncode != 0
     assert "NOT_FOUND" in result.stderr, result.stderr
 
 
-def test_nodes_without_agents_is_empty(controller: str) -> None:
+def test_nodes_without_agents_is_empty(controller: LocalCluster) -> None:
     result = client("nodes", "--json", addr=controller)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == []
 
 
-def test_events_prints_json_lines(controller: str, tmp_path: Path) -> None:
+def test_events_prints_json_lines(controller: LocalCluster, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(VALID.replace("cli-job", "events-job"))
     submitted = client("submit", spec, addr=controller, user="carol")
@@ -343,13 +350,15 @@ def test_no_subcommand_is_a_usage_error() -> None:
     ],
     ids=["none", "missing-file", "empty-file"],
 )
-def test_controller_without_a_join_token_refuses_to_start(
+def test_an_insecure_controller_without_a_join_token_refuses_to_start(
     tmp_path: Path, token_args: tuple[str, ...], words: str
 ) -> None:
     (tmp_path / "empty-token").write_text("\n")
     state_dir = tmp_path / "state"
     args = [a.format(tmp=tmp_path) for a in token_args]
-    result = mlsched("controller", "--listen", "127.0.0.1:0", "--state-dir", state_dir, *args)
+    result = mlsched(
+        "controller", "--listen", "127.0.0.1:0", "--state-dir", state_dir, "--insecure", *args
+    )
     assert result.returncode != 0
     assert words in result.stderr, result.stderr
     assert "Traceback" not in result.stderr

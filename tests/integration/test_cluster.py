@@ -172,12 +172,12 @@ def test_dead_node_tasks_resume_from_checkpoint_elsewhere(
     assert record.restored_step == record.checkpoint_step > 0
 
 
-def test_agent_with_wrong_join_token_is_refused(
+def test_agent_with_wrong_join_token_is_refused_and_plaintext_is_refused(
     make_cluster, tmp_path, example_spec, wait_job, ended
 ):
     cluster = make_cluster(nodes={})
     bad = tmp_path / "bad-token"
-    bad.write_text("not-the-token\n")
+    bad.write_text("0" * 64 + "\n")
     agent = subprocess.run(
         [
             sys.executable,
@@ -186,6 +186,10 @@ def test_agent_with_wrong_join_token_is_refused(
             "agent",
             "--controller",
             cluster.address,
+            "--join-controller",
+            cluster.join_address,
+            "--ca-file",
+            str(cluster.ca_file),
             "--join-token-file",
             str(bad),
             "--node-id",
@@ -202,7 +206,8 @@ def test_agent_with_wrong_join_token_is_refused(
         timeout=60,
     )
     assert agent.returncode != 0
-    assert "UNAUTHENTICATED" in agent.stderr or "join token" in agent.stderr.lower()
+    assert "PERMISSION_DENIED: unknown or already used join token" in agent.stderr
+    # The old probe, a plaintext session with a guessed token, no longer gets past TLS.
     with grpc.insecure_channel(cluster.address) as channel:
         stub = agent_pb2_grpc.AgentServiceStub(channel)
         register = agent_pb2.AgentSessionRequest(register=agent_pb2.RegisterAgent(node_id="x"))
@@ -212,7 +217,7 @@ def test_agent_with_wrong_join_token_is_refused(
                     iter([register]), metadata=(("mlsched-join-token", "no"),), timeout=10
                 )
             )
-        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     with cluster.client("alice") as client:
         assert client.nodes() == []
 
