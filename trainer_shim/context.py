@@ -536,19 +536,19 @@ class JobContext:
         extra_dict = dict(extra or {})
         if extra_dict:
             ensure_weights_only_loadable(extra_dict, "save_checkpoint(extra=...)")
-        payload = {
-            "format": CHECKPOINT_FORMAT,
-            "step": step,
-            "model": distributed.unwrap_model(model).state_dict(),
-            "optimizer": None if optimizer is None else optimizer.state_dict(),
-            "rng": capture_rng(),
-            "batch_size": self._current_batch_size,
-            "extra": extra_dict,
-            "world_size": self.world_size,
-            "saved_at": time.time(),
-        }
-        self._send_save_state(True, step)
+        self._send_save_state(True, step)  # from here a suspension waits (bounded) for the save
         try:
+            payload = {
+                "format": CHECKPOINT_FORMAT,
+                "step": step,
+                "model": distributed.unwrap_model(model).state_dict(),
+                "optimizer": None if optimizer is None else optimizer.state_dict(),
+                "rng": capture_rng(),
+                "batch_size": self._current_batch_size,
+                "extra": extra_dict,
+                "world_size": self.world_size,
+                "saved_at": time.time(),
+            }
             path = self._store.save(step, payload)
         except StaleCheckpointWrite as exc:  # logged by the store
             self._fenced(exc)

@@ -16,7 +16,8 @@ from mlsched.client import Client
 from mlsched.localcluster import ClusterTiming, LocalCluster
 from mlsched.model import Event, IterationStop, Job, JobSpec, JobState
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+HERE = Path(__file__).resolve().parent
+EXAMPLES = HERE.parents[1] / "examples"
 FOREVER = IterationStop(10**9)  # no machine reaches it: such a job ends when the test says
 
 # Short spans so that a fault is over in seconds: the shim of an agent's task suspends after
@@ -32,13 +33,30 @@ TIMING = ClusterTiming(
 AGENT_FLAGS = ["--suspend-save-extension", "1"]
 
 
-def make_cluster(root: Path, nodes: dict[str, int], timing: ClusterTiming = TIMING) -> LocalCluster:
+def make_cluster(
+    root: Path,
+    nodes: dict[str, int],
+    timing: ClusterTiming = TIMING,
+    agent_flags: list[str] | None = None,
+) -> LocalCluster:
     cluster = LocalCluster(root, timing)
     cluster.start_controller()
     for node_id, gpus in nodes.items():
-        cluster.start_agent(node_id, gpus=gpus, extra=AGENT_FLAGS)
+        cluster.start_agent(node_id, gpus=gpus, extra=AGENT_FLAGS + (agent_flags or []))
     cluster.wait_for_nodes(set(nodes))
     return cluster
+
+
+def slow_save_spec(name: str, save_s: float) -> JobSpec:
+    """A job of ``slow_save_train.py``: one checkpoint at its end that takes ``save_s``."""
+    return JobSpec(
+        name=name,
+        command=(sys.executable, str(HERE / "slow_save_train.py"), str(save_s)),
+        gpus=1,
+        stopping=FOREVER,
+        working_dir=str(HERE),
+        env=(("OMP_NUM_THREADS", "1"), ("PYTHONPATH", str(HERE.parents[1]))),
+    )
 
 
 def spec(name: str, stopping: IterationStop = FOREVER, every: int = 50) -> JobSpec:
