@@ -109,10 +109,14 @@ class Eq6Priorities:
 
 
 def for_agents(
-    job_priority: Mapping[str, float], snapshot: ClusterSnapshot, decision: Decision, h_r: float
+    job_priority: Mapping[str, float], decision: Decision, looked_at: Iterable[JobView]
 ) -> Decision:
-    """``decision`` with the priorities a policy computed (``job_priority``) of the
-    :func:`involved` jobs, for a policy that has them at hand (MLF-H)."""
-    ids: Iterable[str] = (v.id for v in involved(snapshot, decision, h_r))
+    """``decision`` with the priorities a policy computed (``job_priority``) of the jobs it
+    launches or migrates and of the active jobs it ``looked_at`` that it does not suspend or
+    stop, for a policy that has them at hand (MLF-H: its involved jobs; no scan of the
+    snapshot)."""
+    gone = {s.job_id for s in decision.suspend} | {s.job_id for s in decision.stop}
+    ids = [item.job_id for item in (*decision.launch, *decision.migrate)]
+    ids += [v.id for v in looked_at if v.id not in gone]
     found = {i: job_priority[i] for i in ids if i in job_priority}
     return replace(decision, priorities={**found, **decision.priorities}) if found else decision

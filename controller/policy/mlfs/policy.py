@@ -159,7 +159,7 @@ class MlfhPolicy:
             migrate=tuple(migrations),
             stop=stops,
         )
-        return for_agents(job_priority, snapshot, decision, self.config.h_r)  # docs/overload.md
+        return for_agents(job_priority, decision, involved)  # the agents' (docs/overload.md)
 
     def _queue_pass(
         self,
