@@ -16,6 +16,8 @@ from controller.policy.edf import EdfPolicy
 from controller.policy.fair import FairPolicy
 from controller.policy.fifo import FifoPolicy
 from controller.policy.mlfs.policy import MlfhPolicy
+from controller.policy.ones import OnesPolicy
+from controller.policy.optimus import OptimusPolicy
 from controller.policy.overload import AnswersOverloadRequests
 from controller.policy.slaq import SlaqPolicy
 from controller.policy.srtf import SrtfPolicy
@@ -58,6 +60,14 @@ class _Fair(AnswersOverloadRequests, FairPolicy):
     pass
 
 
+class _Ones(AnswersOverloadRequests, OnesPolicy):
+    pass
+
+
+class _Optimus(AnswersOverloadRequests, OptimusPolicy):
+    pass
+
+
 class _UniSched(AnswersOverloadRequests, UniSchedPolicy):
     """Until UniSched plans requests itself (``docs/policies.md``, *Overload requests*)."""
 
@@ -75,6 +85,8 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "slaq": lambda: _Slaq(maxmin=False),
     "slaq-maxmin": lambda: _Slaq(maxmin=True),
     "fair": _Fair,
+    "ones": _Ones,  # ONES (Bian et al.; docs/ones.md): evolutionary batch-size search
+    "optimus": _Optimus,  # Optimus as ONES used it: greedy marginal gain every 10 minutes
     "mlf-h": MlfhPolicy,  # MLFS §3.3, without MLF-C
     # MLF-RL (MLFS §3.4) with the shipped model; MLFS = MLF-RL with MLF-C (§3.5)
     "mlf-rl": lambda: _mlf_rl(load_control=False, name="mlf-rl"),
