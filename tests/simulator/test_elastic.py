@@ -83,7 +83,7 @@ def test_loaders_read_the_shared_traces():
 
 
 @needs_data
-@pytest.mark.parametrize("policy", ["slaq", "fair"])
+@pytest.mark.parametrize("policy", ["slaq", "fair", "ones", "optimus"])
 def test_a_slice_of_the_ones_trace_completes(policy):
     jobs = load_ones(DATA / "ones" / "trace_1.csv", DATA)[:30]
     sim = Simulation(
