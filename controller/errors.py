@@ -23,3 +23,7 @@ class InvalidArgument(ControllerError):
 
 class Unavailable(ControllerError):
     pass
+
+
+class ResourceExhausted(ControllerError):
+    """New work is refused: the controller's state disk is full."""

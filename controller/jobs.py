@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Collection
 
 from controller import lifecycle
-from controller.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from controller.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
 from controller.state import ControllerState
 from mlsched.jobspec import SpecError, validate_spec
 from mlsched.model import Job, JobSpec, JobState, Node, Task
@@ -50,17 +57,25 @@ class JobOperations:
             )
             # Lazy here, durable before the reply (flush below, outside the lock): concurrent
             # submits share one fsync.
-            with state.store.transaction(durable=False):
-                state.save_job(job)
-                if request_id:
-                    retention_s = state.settings.submit_request_retention_s
-                    state.store.forget_submit_requests(now - retention_s)
-                    state.store.save_submit_request(user, request_id, job_id, now)
-                state.emit(
-                    "job_submitted",
-                    f"{spec.name} by {user}: {spec.gpus} GPU(s), {spec.job_class.value}",
-                    job_id=job_id,
-                )
+            try:
+                with state.store.transaction(durable=False):
+                    state.save_job(job)
+                    if request_id:
+                        retention_s = state.settings.submit_request_retention_s
+                        state.store.forget_submit_requests(now - retention_s)
+                        state.store.save_submit_request(user, request_id, job_id, now)
+                    state.emit(
+                        "job_submitted",
+                        f"{spec.name} by {user}: {spec.gpus} GPU(s), {spec.job_class.value}",
+                        job_id=job_id,
+                    )
+            except sqlite3.OperationalError as exc:
+                if "full" not in str(exc):  # SQLITE_FULL: "database or disk is full"
+                    raise
+                raise ResourceExhausted(
+                    f"cannot store the new job: the controller's state disk is full ({exc});"
+                    " new jobs are refused until it has room, running jobs go on"
+                ) from exc
             state.jobs[job_id] = job
         state.store.flush()
         return job

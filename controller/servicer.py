@@ -31,6 +31,7 @@ from controller.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unavailable,
 )
 from controller.fencing import valid_margin_s
@@ -54,6 +55,7 @@ _STATUS = {
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
     serde.WireError: grpc.StatusCode.INVALID_ARGUMENT,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,  # the state disk is full
     TimeoutError: grpc.StatusCode.DEADLINE_EXCEEDED,
     # The store could not write (a full disk, an I/O error): nothing changed, try later.
     sqlite3.OperationalError: grpc.StatusCode.UNAVAILABLE,

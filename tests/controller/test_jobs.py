@@ -9,7 +9,13 @@ from dataclasses import replace
 import pytest
 
 from controller.commands import AckCommand
-from controller.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from controller.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+)
 from controller.store import SqliteStore
 from mlsched.model import Deadline, JobClass, JobState, Progress, TaskState
 
@@ -20,10 +26,11 @@ class FailingEventsStore(SqliteStore):
     """A store whose event log fails once armed (e.g. disk full)."""
 
     fail = False
+    error = "database or disk is full"
 
     def append_event(self, *args, **kwargs):
         if self.fail:
-            raise sqlite3.OperationalError("database or disk is full")
+            raise sqlite3.OperationalError(self.error)
         return super().append_event(*args, **kwargs)
 
 
@@ -80,10 +87,21 @@ def test_a_submit_that_cannot_be_stored_leaves_no_job_behind(make_cluster):
     store = FailingEventsStore(":memory:")
     c = make_cluster(store=store)
     store.fail = True
-    with pytest.raises(sqlite3.OperationalError):
+    with pytest.raises(ResourceExhausted, match="state disk is full"):  # RESOURCE_EXHAUSTED
         c.submit()
     assert c.store.load().jobs == {}  # rolled back...
     assert c.state.jobs == {}  # ...and not left in memory either
+    store.fail = False
+    c.submit()  # room again: accepted
+
+
+def test_a_store_error_other_than_a_full_disk_is_not_called_one(make_cluster):
+    store = FailingEventsStore(":memory:")
+    store.error = "disk I/O error"
+    c = make_cluster(store=store)
+    store.fail = True
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):  # UNAVAILABLE
+        c.submit()
 
 
 # --- get and list ----------------------------------------------------------------------------

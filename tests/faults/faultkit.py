@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,3 +169,19 @@ def wait_job(
     except TimeoutError:
         raise AssertionError(f"job {job_id} never got there: {client.get(job_id)}") from None
     return seen["job"]
+
+
+def checkpoint_steps(cluster: LocalCluster, job_id: str) -> list[int]:
+    """Steps of the job's published checkpoints ([0] before the first)."""
+    directory = cluster.checkpoint_root / job_id
+    steps = [int(p.name[len("step-") : -len(".pt")]) for p in directory.glob("step-*.pt")]
+    return steps or [0]
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float) -> None:
+    """Poll ``predicate`` (a condition on files or processes, which signal nothing)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(0.1)

@@ -1,0 +1,94 @@
+"""A full controller disk refuses new work and keeps running jobs running (issue 11 #6)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from faultkit import (
+    AGENT_FLAGS,
+    TIMING,
+    all_events,
+    checkpoint_steps,
+    spec,
+    terminal_states,
+    trainers,
+    wait_job,
+    wait_until,
+)
+
+from mlsched.localcluster import LocalCluster
+from mlsched.model import JobState
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs for the controller's state (skipped where mounting is not permitted)."""
+    mount = tmp_path / "cluster" / "controller"
+    mount.mkdir(parents=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(directory: Path) -> Path:
+    """Write zeros until the file system is full; returns the filler."""
+    filler = directory / "filler"
+    with open(filler, "wb") as out:
+        try:
+            while True:
+                out.write(b"\0" * 65536)
+                out.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    return filler
+
+
+def test_a_full_state_disk_refuses_submits_and_running_jobs_go_on(small_disk: Path) -> None:
+    cluster = LocalCluster(small_disk.parent, TIMING)
+    try:
+        cluster.start_controller()
+        for node_id in ("node-a", "node-b"):
+            cluster.start_agent(node_id, gpus=1, extra=AGENT_FLAGS)
+        cluster.wait_for_nodes({"node-a", "node-b"})
+        with cluster.client("alice") as client:
+            running = client.submit(spec("running"))
+            wait_job(cluster, client, running.id, lambda j: j.checkpoint_step > 0)
+            filler = _fill(small_disk)
+            with pytest.raises(grpc.RpcError) as refused:
+                client.submit(spec("refused"))
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "state disk is full" in refused.value.details()
+            # The running job trains on: it checkpoints past what it had (outside this disk).
+            seen = max(checkpoint_steps(cluster, running.id))
+            wait_until(lambda: max(checkpoint_steps(cluster, running.id)) > seen, 60)
+            assert [t.job_id for t in trainers(cluster)] == [running.id]
+            filler.unlink()
+            accepted = client.submit(spec("accepted"))
+            wait_job(cluster, client, accepted.id, lambda j: j.state is JobState.RUNNING)
+            for job in (running, accepted):
+                client.cancel(job.id)
+                wait_job(cluster, client, job.id, lambda j: j.state.terminal)
+            events = all_events(client)
+            names = {j.spec.name for j, _ in client.list()}
+    finally:
+        with contextlib.suppress(Exception):
+            cluster.stop()
+    assert names == {"running", "accepted"}  # the refused submit left nothing behind
+    for job in (running, accepted):
+        assert terminal_states(events, job.id) == ["CANCELLED"]
