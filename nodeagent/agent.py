@@ -135,7 +135,10 @@ class NodeAgent:
             if adopted:
                 log.info("re-adopted %d running task(s) from a previous run", adopted)
             self._trainer = TrainerServer(
-                self._tasks, cfg.trainer_listen, paths.trainer_address_file
+                self._tasks,
+                cfg.trainer_listen,
+                paths.trainer_address_file,
+                verify_peer=cfg.verify_trainer_peer,
             )
             self._tasks.set_trainer_address(self._trainer.start())
             self._node_sampler = NodeMetricsSampler(self._gpus, self._clock)

@@ -71,6 +71,8 @@ class AgentConfig:
             first registration a larger value than the controller's timeout is unsafe.
         overload_clear_threshold: after a request, no new one until what was above h_r has
             fallen to this share or less (hysteresis); in [0, h_r]. None: h_r - 0.1.
+        verify_trainer_peer: accept a trainer session only from a process of the task it names
+            (its own session; nodeagent/peercheck.py), not from anyone holding its token.
     """
 
     controller: str
@@ -100,6 +102,7 @@ class AgentConfig:
     migration_cooldown_s: float = 60.0
     overload_clear_threshold: float | None = None
     self_fence_after_s: float = 30.0
+    verify_trainer_peer: bool = True
 
     def validate(self) -> None:
         """Raise ConfigError when a setting is unusable."""

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Protocol
@@ -15,6 +16,7 @@ import grpc
 from mlsched.v1 import trainer_pb2, trainer_pb2_grpc
 from nodeagent import convert
 from nodeagent.model import ProgressInfo, TaskRef
+from nodeagent.peercheck import peer_pids
 from nodeagent.records import write_atomic
 from nodeagent.tasks import TrainerAuthError
 from nodeagent.trainer_channel import ChannelClosed, TrainerChannel
@@ -32,8 +34,11 @@ _ALIVE = trainer_pb2.TrainerSessionResponse(alive=trainer_pb2.AgentAlive())
 class TrainerBackend(Protocol):
     """What the trainer sessions need from the task table."""
 
-    def authenticate(self, task_id: str, token: str) -> tuple[TaskRef, TrainerChannel]:
-        """Raise TrainerAuthError unless ``task_id`` is a running attempt with this token."""
+    def authenticate(
+        self, task_id: str, token: str, peer_pids: set[int] | None = None
+    ) -> tuple[TaskRef, TrainerChannel]:
+        """Raise TrainerAuthError unless ``task_id`` is a running attempt with this token (and,
+        given ``peer_pids``, one of them is a process of that task)."""
         ...
 
     def on_progress(self, ref: TaskRef, progress: ProgressInfo) -> None:
@@ -62,8 +67,10 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         stopping: threading.Event,
         wait_s: float = 0.5,
         alive_interval_s: float = ALIVE_INTERVAL_S,
+        peer_check: Callable[[str], set[int]] | None = None,
     ):
         self._backend = backend
+        self._peer_check = peer_check  # context.peer() -> pids holding it; None: not checked
         self._stopping = stopping
         self._wait_s = min(wait_s, alive_interval_s)
         self._alive_interval_s = alive_interval_s
@@ -77,7 +84,10 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
         task_id = metadata.get(TASK_ID_KEY, "")
         try:
-            ref, channel = self._backend.authenticate(task_id, metadata.get(TASK_TOKEN_KEY, ""))
+            pids = self._peer_check(context.peer()) if self._peer_check is not None else None
+            ref, channel = self._backend.authenticate(
+                task_id, metadata.get(TASK_TOKEN_KEY, ""), pids
+            )
             generation = channel.attach()
         except (TrainerAuthError, ChannelClosed) as exc:
             log.warning("refused trainer session for %r: %s", task_id, exc)
@@ -159,8 +169,11 @@ class TrainerServer:
         listen: str,
         address_file: Path,
         max_workers: int = 64,
+        verify_peer: bool = True,
     ) -> None:
+        """``verify_peer``: a session is accepted only from a process of the task it names."""
         self._backend = backend
+        self._verify_peer = verify_peer
         self._listen = listen
         self._address_file = address_file
         self._max_workers = max_workers
@@ -175,15 +188,16 @@ class TrainerServer:
                 max_workers=self._max_workers, thread_name_prefix="trainer-session"
             )
         )
-        trainer_pb2_grpc.add_TrainerServiceServicer_to_server(
-            TrainerServicer(self._backend, self._stopping), server
-        )
         try:
             port = server.add_insecure_port(self._listen)
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {self._listen}: {exc}") from exc
         if port == 0:
             raise OSError(f"cannot listen on {self._listen}")
+        check = functools.partial(peer_pids, local_port=port) if self._verify_peer else None
+        trainer_pb2_grpc.add_TrainerServiceServicer_to_server(
+            TrainerServicer(self._backend, self._stopping, peer_check=check), server
+        )
         server.start()
         self._server = server
         self.address = advertised_target(self._listen, port)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -203,8 +204,16 @@ def test_trainer_session_auth_progress_checkpoint_and_commands(
     make_agent: Callable[..., NodeAgent],
     task_script: Path,
 ) -> None:
+    # The test process plays the trainer, so the agent must take the token alone (a real
+    # trainer is a process of its task: test_nodeagent_isolation.py).
     peer, env = start_waiting_task(
-        tmp_path, controller, make_agent, task_script, "j-tr", "--checkpoint-step", "7"
+        tmp_path,
+        controller,
+        functools.partial(make_agent, verify_trainer_peer=False),
+        task_script,
+        "j-tr",
+        "--checkpoint-step",
+        "7",
     )
     addr_file = Path(env["MLSCHED_AGENT_ADDR_FILE"])
     assert addr_file.read_text() == env["MLSCHED_AGENT_ADDR"]
@@ -354,14 +363,14 @@ def test_agent_restart_readopts_running_task(
     make_agent: Callable[..., NodeAgent],
     task_script: Path,
 ) -> None:
-    first = make_agent()
+    first = make_agent(verify_trainer_peer=False)  # the test plays the trainer below
     peer = controller.servicer
     peer.send(launch=launch_message(tmp_path, task_script, "j-adopt", "wait"))
     env = wait_ready(tmp_path, "j-adopt")
     running = peer.wait_status("j-adopt", S.TASK_STATE_RUNNING)
     first.close()
     assert _alive(running.pid)
-    make_agent()
+    make_agent(verify_trainer_peer=False)
     register = peer.wait_for("register", session=2)
     listed = {t.task.job_id: t for t in register.tasks}
     assert listed["j-adopt"].state == S.TASK_STATE_RUNNING

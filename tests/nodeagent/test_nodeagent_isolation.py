@@ -1,0 +1,97 @@
+"""Tasks of different jobs run under one uid; a token one job steals from another (here: from
+the victim's environment, as it could from /proc or the agent's records) must not open the
+victim's trainer session. A real agent, two real task processes launched by it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from nodeagent_testkit import (
+    ControllerServer,
+    launch_message,
+    wait_until,
+    workdir_of,
+)
+
+from mlsched.v1 import common_pb2 as S
+from nodeagent.agent import NodeAgent
+from nodeagent.peercheck import in_session, parse_peer
+
+# Job B's task: opens its own trainer session, then tries the victim's with the stolen token;
+# writes what each attempt got to result.json in its working directory.
+THIEF = r"""
+import json, os, sys
+import grpc
+from mlsched.v1 import trainer_pb2_grpc
+
+victim = json.load(open(sys.argv[1]))
+
+def attempt(task_id, token):
+    with grpc.insecure_channel(os.environ["MLSCHED_AGENT_ADDR"]) as channel:
+        call = trainer_pb2_grpc.TrainerServiceStub(channel).TrainerSession(
+            iter(()),
+            metadata=(("mlsched-task-id", task_id), ("mlsched-task-token", token)),
+            timeout=10,
+        )
+        try:
+            first = next(call)
+            call.cancel()
+            return ["OK", first.WhichOneof("message")]
+        except grpc.RpcError as exc:
+            return [exc.code().name, exc.details()]
+
+result = {
+    "own": attempt(os.environ["MLSCHED_TASK_ID"], os.environ["MLSCHED_TASK_TOKEN"]),
+    "victim": attempt(victim["MLSCHED_TASK_ID"], victim["MLSCHED_TASK_TOKEN"]),
+}
+with open("result.json.tmp", "w") as f:
+    json.dump(result, f)
+os.replace("result.json.tmp", "result.json")
+"""
+
+
+def test_a_stolen_token_does_not_open_another_tasks_trainer_session(
+    tmp_path: Path,
+    controller: ControllerServer,
+    make_agent: Callable[..., NodeAgent],
+    task_script: Path,
+) -> None:
+    make_agent()
+    peer = controller.servicer
+    peer.send(launch=launch_message(tmp_path, task_script, "j-victim", "wait"))
+    victim_env = workdir_of(tmp_path, "j-victim") / "env.json"
+    wait_until(victim_env.exists)
+    peer.wait_status("j-victim", S.TASK_STATE_RUNNING)
+
+    thief = tmp_path / "thief.py"
+    thief.write_text(THIEF)
+    peer.send(launch=launch_message(tmp_path, thief, "j-thief", str(victim_env)))
+    result_file = workdir_of(tmp_path, "j-thief") / "result.json"
+    wait_until(result_file.exists, timeout=30.0)
+    result = json.loads(result_file.read_text())
+
+    assert result["own"] == ["OK", "alive"]  # a task's own session opens
+    code, details = result["victim"]
+    assert code == "UNAUTHENTICATED"
+    assert "is not one of task j-victim/0/1's" in details
+    peer.wait_status("j-thief", S.TASK_STATE_COMPLETED)
+
+
+def test_peer_forms() -> None:
+    assert parse_peer("ipv4:127.0.0.1:5000") == ("127.0.0.1", 5000)
+    assert parse_peer("ipv6:[::1]:41000") == ("::1", 41000)
+    assert parse_peer("unix:/run/x.sock") is None
+    assert parse_peer("ipv4:127.0.0.1:x") is None
+    # gRPC's dual-stack sockets: the kernel lists the client end as a v4-mapped address
+    assert parse_peer("ipv6:[::ffff:127.0.0.1]:41000") == ("127.0.0.1", 41000)
+
+
+def test_in_session_needs_a_pid_of_that_session() -> None:
+    import os
+
+    mine = os.getsid(0)
+    assert in_session({os.getpid()}, mine)
+    assert not in_session({os.getpid()}, mine + 1)
+    assert not in_session(set(), mine)
