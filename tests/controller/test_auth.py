@@ -308,3 +308,45 @@ def test_a_stream_flood_is_capped_and_agents_still_register_and_heartbeat(
     finally:
         for stream in follows:
             stream.cancel()
+
+
+def test_a_user_over_the_request_rate_gets_resource_exhausted(tmp_path: Path) -> None:
+    # A bucket of 3 that refills once in ~30 years: the 4th call is over, however fast.
+    slow = Cluster(tmp_path / "state", UserLimits(requests_per_s=1e-9, burst=3.0))
+    try:
+        mallory, alice = slow.jobs("mallory"), slow.jobs("alice")
+        for _ in range(3):
+            mallory.ListJobs(jobs_pb2.ListJobsRequest(), timeout=WAIT_S)
+        err = rpc_error(lambda: mallory.ListJobs(jobs_pb2.ListJobsRequest(), timeout=WAIT_S))
+        assert err.code() == Code.RESOURCE_EXHAUSTED
+        alice.ListJobs(jobs_pb2.ListJobsRequest(), timeout=WAIT_S)  # her own bucket
+    finally:
+        slow.close()
+
+
+def test_an_insecure_controller_still_refuses_an_oversized_claimed_name(tmp_path: Path) -> None:
+    config = ControllerConfig(
+        listen="127.0.0.1:0",
+        state_dir=tmp_path / "state",
+        settings=SETTINGS,
+        insecure=True,
+        join_token="t",
+    )
+    controller = Controller(config, clock=ManualClock())
+    controller.start()
+    try:
+        with grpc.insecure_channel(controller.address) as channel:
+            stub = jobs_pb2_grpc.JobServiceStub(channel)
+            for name, code in (("x" * 8000, Code.UNAUTHENTICATED), ("alice", Code.OK)):
+                try:
+                    stub.ListJobs(
+                        jobs_pb2.ListJobsRequest(),
+                        metadata=(("mlsched-user", name),),
+                        timeout=WAIT_S,
+                    )
+                    got = Code.OK
+                except grpc.RpcError as exc:
+                    got = exc.code()
+                assert got == code, name[:10]
+    finally:
+        controller.stop(grace_s=0.5)
