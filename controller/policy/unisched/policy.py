@@ -15,7 +15,12 @@ yet (their GPUs were still being released), then in the MILP's order of term-0 v
 State kept between cycles, by design and bounded by the live jobs: the previous solution (the
 paper's cache, reused when the solver returns nothing within its time limit) and the last
 learning-curve prediction per performance-based job (refitted when its history has grown by a
-quarter).
+quarter); and memos of pure per-job results, each stored with what it was computed from and
+recomputed when that differs: the Eq. 2 fit per set of speed samples, a running job's kept
+choice per placement, a queued job's whole candidate per (progress, samples, overhead, terms to
+its deadlines), and the allocation choices per job size. They change no decision (checked
+cycle by cycle against the code without them, docs/unisched.md); they save re-estimating the
+hundreds of queued jobs that did not move since the last boundary.
 """
 
 from __future__ import annotations
@@ -105,7 +110,8 @@ class UniSchedPolicy:
         # when that changed (a new speed sample, progress, a new placement, another term):
         self._speeds: dict[str, tuple[object, SpeedModel | None]] = {}  # samples -> Eq. 2 fit
         self._held: dict[str, tuple[object, _Choice]] = {}  # placement -> the kept choice
-        self._queued: dict[str, tuple[tuple[object, ...], _Candidate]] = {}  # not running
+        # not running: (inputs, terms to the deadlines, candidate, its term-free estimates)
+        self._queued: dict[str, tuple[tuple[object, ...], list[int], _Candidate, tuple]] = {}
         self._options: dict[tuple[bool, int, int, int], tuple[_Choice, ...]] = {}
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
         self.boundary_cycles = 0  # cycles at lease boundaries (the MILP's, solved or not)
@@ -176,11 +182,11 @@ class UniSchedPolicy:
         for view in snapshot.busy:
             _give_back(pool, view.placement)
         for view in snapshot.active:
-            held = sum(len(p.gpu_indices) for p in view.placement)
             if view.id not in expired:
-                if view.job_class is not JobClass.BEST_EFFORT and held == view.gpus:
+                if view.job_class is not JobClass.BEST_EFFORT and _held(view) == view.gpus:
                     fixed_views.append(view)
                 continue
+            held = _held(view)
             _give_back(pool, view.placement)
             if held < view.gpus and view.speed_samples:  # profiled: resume at full size later
                 suspend.append(Suspend(view.id, "profiling done"))
@@ -417,16 +423,21 @@ class UniSchedPolicy:
         iterations = self._iterations(view)
         terms = _terms(view, now, slo) if phase == "slo" else []
         key: tuple[object, ...] = ()
+        memo = None
         if not keep:  # what a queued job's candidate is computed from, besides its spec
             key = (phase, iterations, view.iteration, view.speed_samples, view.sr_overhead_s)
-            key += (view.estimated_remaining_s, view.truth, be, slo, levels, *terms)
+            key += (view.estimated_remaining_s, view.truth, be, slo, levels)
             memo = self._queued.get(view.id)
-            if memo is not None and memo[0] == key:
-                return _again(memo[1], view, now)
-        est = JobEstimator.fitted(view, iterations, self.config, self._speed(view))
-        runs = [est.run_s(view.gpus, c.nodes) for c in choices]
-        size = (view.gpus / (1 << (levels - 1))) ** BE_GPU_WEIGHT
-        rewards = [self._be_reward(est.best_effort_remaining_s(r, be), be, size) for r in runs]
+            if memo is not None and memo[0] == key and memo[1] == terms:
+                return _again(memo[2], view, now)
+        if memo is not None and memo[0] == key:  # only the terms to the deadlines moved
+            est, runs, remainings, rewards = memo[3]
+        else:
+            est = JobEstimator.fitted(view, iterations, self.config, self._speed(view))
+            runs = [est.run_s(view.gpus, c.nodes) for c in choices]
+            size = (view.gpus / (1 << (levels - 1))) ** BE_GPU_WEIGHT
+            remainings = [est.best_effort_remaining_s(r, be) for r in runs]
+            rewards = [self._be_reward(r, be, size) for r in remainings]
         be_reward = max(rewards)
         if phase == "slo":
             deadlines = tuple(
@@ -457,12 +468,11 @@ class UniSchedPolicy:
             )
             milp = MilpJob(view.id, view.gpus, options)
         t_iter = est.iteration_time(view.gpus, choices[0].nodes) or 0.0
-        remaining = est.best_effort_remaining_s(runs[0], be)
         estimate = JobEstimate(
             phase,
             int(view.iteration + est.remaining_iterations),
             t_iter,
-            remaining,
+            remainings[0],
             be_reward
             if phase == "best-effort"
             else max((d.reward for d in view.spec.deadlines), default=0.0),
@@ -472,7 +482,7 @@ class UniSchedPolicy:
         slack = min(spare) if phase == "slo" and spare else None
         cand = _Candidate(view, phase, choices, milp, estimate, slack)
         if key:
-            self._queued[view.id] = (key, cand)
+            self._queued[view.id] = (key, terms, cand, (est, runs, remainings, rewards))
         return cand
 
     def _speed(self, view: JobView) -> SpeedModel | None:
@@ -592,6 +602,11 @@ class UniSchedPolicy:
                 del memo[job_id]
         for job_id in [j for j in self._curves if j not in keep]:
             del self._curves[job_id]
+
+
+def _held(view: JobView) -> int:
+    """GPUs the job holds now."""
+    return sum(len(p.gpu_indices) for p in view.placement)
 
 
 def _again(cand: _Candidate, view: JobView, now: float) -> _Candidate:
