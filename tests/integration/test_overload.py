@@ -222,21 +222,21 @@ LATE_STEPS = 300  # "late": short, a deadline: Eq. 6's highest; the queue's lowe
 def test_the_agent_names_the_lower_priority_of_two_equal_tasks(
     make_cluster, wait_job, ended, tmp_path, policy
 ):
-    """Two twins hold the same 1.6 GiB on node-a (about 2.0 of its 5.2 GB each); ``grower``
-    (0.35 GB, 0.98 once it allocates 0.6 GiB) tips its memory over h_r (4.35 -> 4.98 GB, 84 %
-    -> 96 %). With memory overloaded the ideal virtual task is the largest memory user: the
-    twins are within a few MB of each other (well inside the 0.05 near-tie band of
-    ``euclid.PRIORITY_TIE``), ``grower`` 0.19 further away. Of the twins, the agent names the
-    one with the lower priority the controller sent:
+    """Two twins hold the same 1.6 GiB on node-a (about 2.0 of its 5.0 GB each); ``grower``
+    (0.35 GB, about 1.0 once it allocates 0.6 GiB) tips its memory over h_r (measured about
+    4.1 -> 4.7 GB, 81 % -> 94 %). With memory overloaded the ideal virtual task is the largest
+    memory user: the twins are within a few MB of each other (well inside the 0.05 near-tie
+    band of ``euclid.PRIORITY_TIE``), ``grower`` about 0.2 further away. Of the twins, the
+    agent names the one with the lower priority the controller sent:
 
     - under ``fifo`` (the queue order, ``controller/policy/ranks.py``) ``late``, submitted
       second;
     - under ``mlfs`` (Eq. 6) ``early``: 5,000 steps left (r about 500 s, Eq. 4's r term 2.2),
-      no deadline, against ``late``'s r floored at 60 s (18) and a 60 s deadline
-      (18 once floored), so P(early) < 1.9 < 12.6 < P(late).
+      no deadline, against ``late``'s r floored at 60 s (18) and a 60 s deadline (18 once
+      floored), so P(early) < 1.9 < 12.6 < P(late).
 
     The old stand-in (the oldest start lowest) would name ``early`` under both. The named twin
-    checkpoints, resumes on node-b and completes there; node-a is relieved (57 %).
+    checkpoints, resumes on node-b and completes there; node-a is relieved (about 53 %).
     """
     script = tmp_path / "ballast_trainer.py"
     script.write_text(TRAINER)
