@@ -7,6 +7,10 @@ import logging
 
 import pytest
 
+from controller.commands import PriorityCommand
+from controller.commands import TaskRef as ControllerTaskRef
+from controller.dispatch import encode
+from nodeagent.controller_link import ControllerLink
 from nodeagent.model import NodeMetrics, RunningTask, TaskMetrics, TaskRef
 from nodeagent.overload import Capacity, OverloadDetector, OverloadSettings, measure_load
 from nodeagent.priorities import TaskPriorities, fallback
@@ -78,3 +82,21 @@ def test_the_lower_priority_of_near_equal_tasks_leaves():
     assert overloaded_choice(None) == "x"
     # only y received one: x falls back below it and leaves
     assert overloaded_choice({y: 0.0}) == "x"
+
+
+class _Handler:
+    """The link's handler, keeping priorities as the agent does."""
+
+    def __init__(self) -> None:
+        self.priorities = TaskPriorities()
+
+    def priority(self, ref: TaskRef, priority: float) -> None:
+        self.priorities.set(ref, priority)
+
+
+def test_the_controllers_message_reaches_the_agents_book():
+    # the controller's encoding of a PriorityCommand, dispatched by the agent's link
+    handler = _Handler()
+    link = ControllerLink("127.0.0.1:1", "t", handler, lambda _: None)  # type: ignore[arg-type]
+    link._dispatch(encode(PriorityCommand(ControllerTaskRef("j", 1, 3), -12.5)))
+    assert handler.priorities.get(TaskRef("j", 1, 3)) == -12.5
