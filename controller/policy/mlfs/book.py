@@ -49,12 +49,16 @@ def inputs(view: JobView, queued: bool) -> Inputs:
     )
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _Entry:
     """A job's now-independent part: task 0's features (waiting time 0), each task's Eq. 3
     ``P^ML``, the graph in an order that puts every task after its children (None: one
-    task), and the absolute deadline and remaining time (infinity: none)."""
+    task), and the absolute deadline and remaining time (infinity: none). ``view``: the
+    latest view object found to have these inputs (views are immutable: the same object
+    has the same inputs)."""
 
+    view: JobView
+    queued: bool
     inputs: Inputs
     first: TaskFeatures
     keys: tuple[TaskKey, ...]
@@ -83,6 +87,8 @@ def _entry(view: JobView, queued: bool, key: Inputs, config: MlfsConfig) -> _Ent
             sums[task] = value
         ml = tuple(sums)
     return _Entry(
+        view=view,
+        queued=queued,
         inputs=key,
         first=first,
         keys=tuple((view.id, k) for k in range(len(shares))),
@@ -123,24 +129,38 @@ def _post_order(children: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
 
 class Priorities:
     """One cycle's priorities: ``tasks`` maps every task key (a data-parallel job: its task
-    0) to ``P``; ``job`` maps each job id to its largest task ``P`` (ties: the lower task)."""
+    0) to ``P``; ``job`` maps each job id to its largest task ``P`` (ties: the lower task).
 
-    def __init__(self) -> None:
+    Per job, also by row (``index``): ``clock``, a (jobs x 6) array of what the clock-dependent
+    features read (the deadline, infinity if none; the remaining time, 0 if unknown; the
+    waiting time; the best task's ``P``, ``P^ML`` and ``P^C``)."""
+
+    def __init__(self, entries: Sequence[_Entry], ids: Sequence[str], clock: np.ndarray):
         self.tasks: dict[TaskKey, float] = {}
         self.job: dict[str, float] = {}
-        self._best: dict[str, tuple[float, float]] = {}  # job -> (P^ML, P^C) of its best task
-        self._firsts: dict[str, TaskFeatures] = {}
-        self._waiting: dict[str, float] = {}
+        self.index: dict[str, int] = dict(zip(ids, range(len(ids)), strict=True))
+        self.clock = clock
+        self.entries = entries  # per row: the job's kept Eq. 6 inputs (:meth:`source`)
+
+    def source(self, job_id: str) -> object:
+        """A token that stays the same object while the job's Eq. 6 inputs are unchanged
+        (between cycles of one :class:`PriorityBook`): for callers that keep more per job."""
+        return self.entries[self.index[job_id]]
 
     def best(self, job_id: str) -> TaskPriority:
         """The job's priority as :class:`TaskPriority`: that of its best task."""
-        ml, c = self._best[job_id]
-        return TaskPriority(ml, c, self.job[job_id])
+        row = self.clock[self.index[job_id]]
+        return TaskPriority(float(row[4]), float(row[5]), self.job[job_id])
+
+    def parts(self, job_id: str) -> tuple[TaskFeatures, float]:
+        """Task 0's features with waiting time 0, and the waiting time now (:meth:`first`
+        puts the two together)."""
+        i = self.index[job_id]
+        return self.entries[i].first, float(self.clock[i, 2])
 
     def first(self, job_id: str) -> TaskFeatures:
         """Task 0's Eq. 2/4 features, waiting time included."""
-        f = self._firsts[job_id]
-        waiting = self._waiting[job_id]
+        f, waiting = self.parts(job_id)
         if waiting == f.waiting_s:
             return f
         g = object.__new__(TaskFeatures)  # as jobs._variant: valid by construction
@@ -168,10 +188,12 @@ class PriorityBook:
         old = self._entries
         for views, queued_ in ((queued, True), (active, False)):
             for view in views:
-                key = inputs(view, queued_)
                 entry = old.get(view.id)
-                if entry is None or entry.inputs != key:
-                    entry = _entry(view, queued_, key, self.config)
+                if entry is None or entry.view is not view or entry.queued != queued_:
+                    key = inputs(view, queued_)
+                    if entry is None or entry.queued != queued_ or entry.inputs != key:
+                        entry = _entry(view, queued_, key, self.config)
+                    entry.view = view
                 entries[view.id] = entry
         self._entries = entries
         return self._evaluate(entries, now)
@@ -180,6 +202,7 @@ class PriorityBook:
         config = self.config
         unit, floor, a = config.time_unit_s, config.min_horizon_s, config.alpha
         values = list(entries.values())
+        ids = list(entries)
         since = np.array(
             [now if e.queued_since is None else e.queued_since for e in values], dtype=np.float64
         )
@@ -194,21 +217,27 @@ class PriorityBook:
         c = c + config.gamma_d * unit / np.where(floor > to_deadline, floor, to_deadline)
         c = c + config.gamma_r * unit / np.where(floor > remaining, floor, remaining)
         total = a * ml + (1 - a) * c  # MLFS Eq. 6
-        out = Priorities()
-        own_c = c.tolist()
+        unknown = np.array([e.first.remaining_s is None for e in values], dtype=bool)
+        clock = np.stack(
+            [deadline, np.where(unknown, 0.0, remaining), waiting, total, ml, c], axis=1
+        ).reshape(len(values), 6)
+        out = Priorities(values, ids, clock)
         totals = total.tolist()
+        graphs = [i for i, e in enumerate(values) if e.order is not None]
+        if not graphs:
+            out.tasks = dict(zip([e.keys[0] for e in values], totals, strict=True))
+            out.job = dict(zip(ids, totals, strict=True))
+            return out
+        own_c = c.tolist()
         for i, (job_id, e) in enumerate(entries.items()):
-            out._firsts[job_id] = e.first
-            out._waiting[job_id] = float(waiting[i])
             if e.order is None:
                 out.tasks[e.keys[0]] = totals[i]
                 out.job[job_id] = totals[i]
-                out._best[job_id] = (e.ml[0], own_c[i])
             else:
-                self._graph(out, job_id, e, own_c[i])
+                self._graph(out, i, job_id, e, own_c[i])
         return out
 
-    def _graph(self, out: Priorities, job_id: str, e: _Entry, own_c: float) -> None:
+    def _graph(self, out: Priorities, row: int, job_id: str, e: _Entry, own_c: float) -> None:
         """A task graph's Eq. 5 sums and Eq. 6 per task (as ``_discounted_sums``)."""
         gamma, a = self.config.gamma, self.config.alpha
         c = [0.0] * len(e.keys)
@@ -226,4 +255,4 @@ class PriorityBook:
                 best = (p, e.ml[task], c[task])
         assert best is not None
         out.job[job_id] = best[0]
-        out._best[job_id] = (best[1], best[2])
+        out.clock[row, 3:] = best

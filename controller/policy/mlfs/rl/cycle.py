@@ -39,13 +39,14 @@ import numpy as np
 from controller.policy.base import (
     ClusterSnapshot,
     Decision,
+    JobView,
     Launch,
     Migrate,
     Renew,
     Stop,
     Suspend,
 )
-from controller.policy.mlfs.book import PriorityBook
+from controller.policy.mlfs.book import Priorities, PriorityBook
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
 from controller.policy.mlfs.hosts import HostPool
@@ -64,9 +65,9 @@ from controller.policy.mlfs.rl.features import (
     JOB_FEATURES,
     Candidate,
     RowBook,
+    StepKinds,
     candidate_matrix,
     context_row,
-    step_rows,
 )
 
 
@@ -136,7 +137,7 @@ def plan(
     movers = find_movers(hot, active, pool, totals, config, resources)
     unload_movers(pool, movers.values(), resources)
 
-    candidates = [Candidate(v) for v in snapshot.queued] + [
+    candidates = memory.queued(snapshot.queued) + [
         Candidate(m.view, True, m.sources, m.ranks) for m in movers.values()
     ]
     candidates.sort(key=lambda c: (-by_job[c.view.id], c.view.id))
@@ -148,22 +149,8 @@ def plan(
     p_job = np.array([by_job[c.view.id] for c in candidates], dtype=np.float64)
     fits = _FitTest(candidates, demands)
     memory.rows.start()
-    rows: dict[int, list[float]] = {}  # job rows, made when first offered
-
-    def job_rows(indices: Sequence[int]) -> np.ndarray:
-        for i in indices:
-            if i not in rows:
-                job_id = candidates[i].view.id
-                rows[i] = memory.rows.row(
-                    candidates[i],
-                    priorities.first(job_id),
-                    priorities.best(job_id),
-                    now,
-                    total_gpus,
-                    config,
-                )
-        out = np.asarray([rows[i] for i in indices], dtype=np.float32)
-        return out.reshape(len(indices), len(JOB_FEATURES))
+    rows = _JobRows(candidates, memory.rows, priorities, now, total_gpus, config)
+    kinds = StepKinds(candidates)
 
     launches: list[Launch] = []
     migrations: list[Migrate] = []
@@ -178,7 +165,7 @@ def plan(
         step = Step(
             candidates=offered,
             features=candidate_matrix(
-                job_rows(eligible), step_rows(offered, p_job[eligible], pool), context
+                rows.take(eligible), kinds.rows(eligible, p_job[eligible], pool), context
             ),
             context=context,
             priorities=p_job[eligible],
@@ -218,13 +205,55 @@ def plan(
 class Memory:
     """What an MLF-RL policy keeps between cycles, none of it changing a decision: the Eq. 6
     inputs per job (:class:`~controller.policy.mlfs.book.PriorityBook`) and the clock-free
-    columns of the job rows (:class:`~controller.policy.mlfs.rl.features.RowBook`), each for
-    the jobs of the latest cycle only."""
+    columns of the job rows (:class:`~controller.policy.mlfs.rl.features.RowBook`) and the
+    queued jobs' candidates, each for the jobs of the latest cycle only."""
 
     def __init__(self, config: MlfsConfig) -> None:
         self.config = config
         self.book = PriorityBook(config)
         self.rows = RowBook()
+        self._queued: dict[str, Candidate] = {}
+
+    def queued(self, views: Sequence[JobView]) -> list[Candidate]:
+        """A :class:`Candidate` per queued view, the last cycle's where the view is the same
+        object (views are immutable)."""
+        old, new = self._queued, {}
+        out = []
+        for v in views:
+            c = old.get(v.id)
+            if c is None or c.view is not v:
+                c = Candidate(v)
+            new[v.id] = c
+            out.append(c)
+        self._queued = new
+        return out
+
+
+class _JobRows:
+    """The cycle's job rows (float32), each made when a step first offers its candidate."""
+
+    def __init__(
+        self,
+        candidates: Sequence[Candidate],
+        book: RowBook,
+        priorities: Priorities,
+        now: float,
+        total_gpus: int,
+        config: MlfsConfig,
+    ) -> None:
+        self._candidates = candidates
+        self._make = lambda chosen: book.rows(chosen, priorities, now, total_gpus, config)
+        self._matrix = np.zeros((len(candidates), len(JOB_FEATURES)), dtype=np.float32)
+        self._made = np.zeros(len(candidates), dtype=bool)
+
+    def take(self, indices: Sequence[int]) -> np.ndarray:
+        """The rows of ``indices``, in order."""
+        index = np.asarray(indices, dtype=np.intp)
+        new = index[~self._made[index]]
+        if new.size:
+            self._matrix[new] = self._make([self._candidates[i] for i in new.tolist()])
+            self._made[new] = True
+        return self._matrix[index]
 
 
 # --- placement (§3.3.2): the rules are MLF-H's, in controller.policy.mlfs.moves ----------

@@ -36,10 +36,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from controller.policy.base import JobView
+from controller.policy.mlfs.book import Priorities
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import is_overloaded
 from controller.policy.mlfs.hosts import HostPool
@@ -216,8 +218,10 @@ class RowBook:
     inputs are unchanged; only the jobs asked for in the latest cycle are kept."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, tuple[tuple[object, ...], list[float]]] = {}
-        self._seen: dict[str, tuple[tuple[object, ...], list[float]]] = {}
+        # per job id: (inputs key, clock-free columns, view, Eq. 6 source, (moving, total
+        # GPUs), config); the last four: what rows() found the columns good for, or None
+        self._rows: dict[str, tuple[Any, ...]] = {}
+        self._seen: dict[str, tuple[Any, ...]] = {}
 
     def start(self) -> None:
         """A new cycle: forget the jobs the last one did not ask for."""
@@ -233,6 +237,53 @@ class RowBook:
         config: MlfsConfig,
     ) -> list[float]:
         """:func:`job_row` of the candidate, from the kept columns where they still hold."""
+        row = list(self._static(candidate, first, total_gpus, config))
+        set_dynamic(row, first, priority, now, config)
+        return row
+
+    def rows(
+        self,
+        candidates: Sequence[Candidate],
+        priorities: Priorities,
+        now: float,
+        total_gpus: int,
+        config: MlfsConfig,
+    ) -> np.ndarray:
+        """:func:`job_row` of each candidate (float32, one row each), as :meth:`row` gives it
+        from ``priorities`` (its ``first`` and ``best``), with the clock columns computed for
+        all rows at once: the same IEEE operations, ``math.log1p`` / ``math.tanh`` per value.
+        A job whose view and Eq. 6 inputs are the same objects as last cycle's
+        (``Priorities.source``) keeps its clock-free columns without a comparison."""
+        static: list[list[float]] = []
+        rows: list[int] = []
+        seen, kept = self._seen, self._rows
+        index, entries = priorities.index, priorities.entries
+        extra = (total_gpus, config)
+        for c in candidates:
+            view = c.view
+            job_id = view.id
+            i = index[job_id]
+            source = entries[i]
+            held = seen.get(job_id) or kept.get(job_id)
+            if (
+                held is None
+                or held[2] is not view
+                or held[3] is not source
+                or held[4] != c.moving
+                or held[5] != extra
+            ):
+                columns = np.array(self._static(c, source.first, total_gpus, config))
+                held = (seen[job_id][0], columns, view, source, c.moving, extra)
+            seen[job_id] = held
+            static.append(held[1])
+            rows.append(i)
+        out = np.array(static, dtype=np.float64).reshape(len(static), len(JOB_FEATURES))
+        out[:, _DYNAMIC] = dynamic_columns(priorities.clock[rows], now, config)
+        return out.astype(np.float32)
+
+    def _static(
+        self, candidate: Candidate, first: TaskFeatures, total_gpus: int, config: MlfsConfig
+    ) -> list[float]:
         view = candidate.view
         key = (
             view.spec,
@@ -251,11 +302,37 @@ class RowBook:
         )
         held = self._seen.get(view.id) or self._rows.get(view.id)
         if held is None or held[0] != key:
-            held = (key, static_row(candidate, first, total_gpus, config))
+            held = (key, static_row(candidate, first, total_gpus, config), None, None, None, None)
         self._seen[view.id] = held
-        row = list(held[1])
-        set_dynamic(row, first, priority, now, config)
-        return row
+        return held[1]
+
+
+def dynamic_columns(clock: np.ndarray, now: float, config: MlfsConfig) -> np.ndarray:
+    """:func:`set_dynamic`'s columns for many rows: ``clock`` holds per row the deadline
+    (infinity: none), the remaining time (0: unknown), the waiting time and ``P``, ``P^ML``,
+    ``P^C``. Element-wise ``- / max`` round as Python's do, and the transcendental functions
+    are Python's own, so each value is :func:`set_dynamic`'s to the bit."""
+    unit, floor = config.time_unit_s, config.min_horizon_s
+    deadline, remaining = clock[:, 0], clock[:, 1]
+    has = np.isfinite(deadline)
+    to_deadline = np.where(has, deadline - now, 0.0)
+    out = np.empty((clock.shape[0], 6), dtype=np.float64)
+    term = unit / np.where(floor > to_deadline, floor, to_deadline)  # max(to_deadline, floor)
+    out[:, 0] = np.where(has, _log1p_all(term), 0.0)
+    slack = np.array(list(map(math.tanh, ((to_deadline - remaining) / unit).tolist())))
+    out[:, 1] = np.where(has, slack.reshape(-1), 1.0)  # §3.1: no deadline is the maximum
+    out[:, 2] = _log1p_all(clock[:, 2] / unit)
+    for column in range(3, 6):
+        out[:, column] = _log1p_all(clock[:, column])
+    return out
+
+
+def _log1p_all(values: np.ndarray) -> np.ndarray:
+    """:func:`_log1p` of each value."""
+    out = np.zeros(values.shape, dtype=np.float64)
+    ok = (values > 0) & np.isfinite(values)
+    out[ok] = list(map(math.log1p, values[ok].tolist()))
+    return out
 
 
 def job_rows(
@@ -298,35 +375,52 @@ def step_rows(
     pool: HostPool,
 ) -> np.ndarray:
     """``STEP_FEATURES`` of the given candidates; ``totals`` holds their ``P`` (same order)."""
-    n = len(candidates)
-    out = np.zeros((n, len(STEP_FEATURES)), dtype=np.float32)
-    if n == 0:
+    return StepKinds(candidates).rows(range(len(candidates)), totals, pool)
+
+
+class StepKinds:
+    """:func:`step_rows` for one cycle's candidates, step after step: each candidate's kind
+    (GPUs per task, servers to avoid) and task count are found once, the free task slots per
+    kind once per step."""
+
+    def __init__(self, candidates: Sequence[Candidate]) -> None:
+        kinds: dict[tuple[int, frozenset[str]], int] = {}
+        self._kind = np.array(
+            [
+                kinds.setdefault((max(1, c.view.spec.gpus_per_process), c.sources), len(kinds))
+                for c in candidates
+            ],
+            dtype=np.intp,
+        )
+        self._kinds = list(kinds)
+        self._tasks = np.array([max(1, c.tasks) for c in candidates], dtype=np.int64)
+
+    def rows(self, indices: Sequence[int], totals: np.ndarray, pool: HostPool) -> np.ndarray:
+        """``STEP_FEATURES`` of the candidates at ``indices`` (their ``P`` in ``totals``)."""
+        index = np.asarray(indices, dtype=np.intp)
+        n = len(index)
+        out = np.zeros((n, len(STEP_FEATURES)), dtype=np.float32)
+        if n == 0:
+            return out
+        order = np.argsort(-totals, kind="stable")
+        ranks = np.empty(n, dtype=np.float32)
+        ranks[order] = np.arange(n, dtype=np.float32)
+        out[:, 0] = ranks / max(1, n - 1)
+        h_r = pool.config.h_r
+        under = [s for s in pool.servers.values() if not is_overloaded(s, h_r)]
+        kind = self._kind[index]
+        room = np.zeros(len(self._kinds), dtype=np.int64)  # free task slots per kind
+        best = np.zeros(len(self._kinds), dtype=np.int64)  # the most on one server
+        for k in np.unique(kind).tolist():
+            per_task, sources = self._kinds[k]
+            chunks = [len(s.gpus) // per_task for s in under if s.id not in sources]
+            room[k], best[k] = sum(chunks), max(chunks, default=0)
+        tasks = self._tasks[index]
+        total = room[kind]
+        share = np.minimum(1.0, tasks / np.where(total > 0, total, 1))
+        out[:, 1] = np.where(total > 0, share, 1.0)
+        out[:, 2] = best[kind] >= tasks
         return out
-    order = np.argsort(-totals, kind="stable")
-    ranks = np.empty(n, dtype=np.float32)
-    ranks[order] = np.arange(n, dtype=np.float32)
-    out[:, 0] = ranks / max(1, n - 1)
-    h_r = pool.config.h_r
-    under = [s for s in pool.servers.values() if not is_overloaded(s, h_r)]
-    kinds: dict[tuple[int, frozenset[str]], int] = {}
-    kind = np.array(
-        [
-            kinds.setdefault((max(1, c.view.spec.gpus_per_process), c.sources), len(kinds))
-            for c in candidates
-        ],
-        dtype=np.intp,
-    )
-    room = np.zeros(len(kinds), dtype=np.int64)  # free task slots per kind
-    best = np.zeros(len(kinds), dtype=np.int64)  # the most on one server
-    for (per_task, sources), k in kinds.items():
-        chunks = [len(s.gpus) // per_task for s in under if s.id not in sources]
-        room[k], best[k] = sum(chunks), max(chunks, default=0)
-    tasks = np.array([max(1, c.tasks) for c in candidates], dtype=np.int64)
-    total = room[kind]
-    share = np.minimum(1.0, tasks / np.where(total > 0, total, 1))
-    out[:, 1] = np.where(total > 0, share, 1.0)
-    out[:, 2] = best[kind] >= tasks
-    return out
 
 
 def candidate_matrix(job: np.ndarray, step: np.ndarray, context: Sequence[float]) -> np.ndarray:

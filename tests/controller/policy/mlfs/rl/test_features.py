@@ -239,3 +239,54 @@ def test_row_book_keeps_clock_free_columns_and_redoes_them_on_new_inputs() -> No
     assert kept == fresh
     assert kept[JOB_FEATURES.index("inv_iteration")] == pytest.approx(1 / 6)
     assert kept[JOB_FEATURES.index("loss_ratio")] == pytest.approx(2 / 17)
+
+
+def test_row_book_rows_match_job_row_to_the_bit_over_cycles() -> None:
+    """RowBook.rows (all clock columns at once, kept columns by object identity) gives
+    job_row's float32 rows exactly: deadlines passed, near and absent, unknown and zero
+    estimates, a model-parallel job, views kept between cycles and views replaced."""
+    from controller.policy.mlfs.book import PriorityBook
+    from controller.policy.mlfs.rl.features import RowBook
+
+    parallel = MlfsSpec(urgency=3.0, partitions=(0.5, 0.3, 0.2), dependencies=((0, 1), (1, 2)))
+    views = [
+        view("a"),
+        view("b", deadline_s=None, remaining_s=None),
+        view("c", deadline_s=HOUR / 3, remaining_s=0.0, queued_since=600.0),
+        view("d", gpus=3, mlfs=parallel, remaining_s=7 * HOUR),
+    ]
+    rows, book = RowBook(), PriorityBook(CONFIG)
+    for cycle, now in enumerate((HOUR, 1.5 * HOUR, 4 * HOUR, 4 * HOUR + 60.0)):
+        if cycle == 2:  # a new view object with new inputs, and one with the same inputs
+            views[0] = view("a", iteration=5, losses=(2.0, 0.5, 0.3))
+            views[1] = view("b", deadline_s=None, remaining_s=None)
+        rows.start()
+        got = book.priorities(views, [], now)
+        candidates = [Candidate(v) for v in views]
+        fast = rows.rows(candidates, got, now, 16, CONFIG)
+        slow = np.asarray(
+            [job_row(c, got.best(c.view.id), now, 16, CONFIG) for c in candidates],
+            dtype=np.float32,
+        )
+        assert fast.dtype == np.float32
+        assert fast.tobytes() == slow.tobytes()
+
+
+def test_step_kinds_match_step_rows() -> None:
+    from controller.policy.mlfs.rl.features import StepKinds
+
+    """A cycle's kinds, offered in part and out of order, give step_rows' rows for the same
+    candidates (step_rows finds the kinds among the offered alone)."""
+    a = NodeView("a", (0, 1, 2, 3), (0, 1), {"cpu": 0.95}, {})
+    b = NodeView("b", (0, 1, 2, 3), (0, 1, 2, 3))
+    running = view("m", gpus=2, placement=(TaskPlacement(0, "b", (0,)),))
+    mover = Candidate(running, moving=True, sources=frozenset({"b"}), ranks=(0,))
+    jobs = [Candidate(view("x", gpus=2)), mover, Candidate(view("z", gpus=8))]
+    totals = np.array([0.5, 2.0, 1.0])
+    kinds = StepKinds(jobs)
+    p = pool([a, b])
+    assert kinds.rows([0, 1, 2], totals, p).tobytes() == step_rows(jobs, totals, p).tobytes()
+    assert (
+        kinds.rows([2, 0], totals[[2, 0]], p).tobytes()
+        == step_rows([jobs[2], jobs[0]], totals[[2, 0]], p).tobytes()
+    )
