@@ -85,6 +85,14 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         "--cycle-seconds", type=float, default=5.0, help="scheduling cycle interval [%(default)s]"
     )
     p.add_argument(
+        "--retain-finished",
+        type=float,
+        default=7 * 24 * 3600.0,
+        metavar="SECONDS",
+        help="finished jobs and events older than this move to the archive (still listed and"
+        " described, no longer in memory); 0 keeps them live [%(default)s]",
+    )
+    p.add_argument(
         "--heartbeat-timeout",
         type=float,
         default=30.0,
@@ -144,6 +152,8 @@ def run_controller(args: argparse.Namespace) -> int:
     ):
         if value <= 0:
             raise SystemExit(f"mlsched: {name} must be positive")
+    if not args.retain_finished >= 0:
+        raise SystemExit("mlsched: --retain-finished must not be negative")
     config = ControllerConfig(
         listen=args.listen,
         state_dir=args.state_dir,
@@ -159,6 +169,7 @@ def run_controller(args: argparse.Namespace) -> int:
             cycle_s=args.cycle_seconds,
             heartbeat_timeout_s=args.heartbeat_timeout,
             suspend_grace_s=args.suspend_grace,
+            retain_finished_s=args.retain_finished or None,
         ),
     )
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 import uuid
 from collections.abc import Collection
@@ -15,6 +16,7 @@ from controller.errors import (
     ResourceExhausted,
 )
 from controller.state import ControllerState
+from controller.store.base import JobKey
 from mlsched.jobspec import SpecError, validate_spec
 from mlsched.model import Job, JobSpec, JobState, Node, Task
 
@@ -84,24 +86,59 @@ class JobOperations:
         """The job an earlier submit with this request id created, if remembered."""
         since = now - self.state.settings.submit_request_retention_s
         job_id = self.state.store.submit_request_job(user, request_id, since)
-        return self.state.job(job_id) if job_id is not None else None
+        if job_id is None:
+            return None
+        job = self.state.job(job_id)
+        if job is None:  # archived since
+            archived = self.state.store.archived_job(job_id)
+            job = archived[0] if archived is not None else None
+        return job
 
     def get(self, job_id: str) -> tuple[Job, list[Task]]:
+        """A live or archived job (``controller.retention``)."""
         with self.state.lock:
             job = self.state.job(job_id)
-            if job is None:
+            if job is not None:
+                return job, list(self.state.job_tasks(job_id))
+            archived = self.state.store.archived_job(job_id)
+            if archived is None:
                 raise NotFound(f"no job {job_id!r}")
-            return job, list(self.state.job_tasks(job_id))
+            return archived
 
     def list(
         self, states: Collection[JobState] = (), user: str = ""
     ) -> list[tuple[Job, list[Task]]]:
+        """Every matching job, live and archived, in (submit time, id) order."""
+        out: list[tuple[Job, list[Task]]] = []
+        after: JobKey | None = None
+        while page := self.list_page(states, user, after, 1000):
+            out += page
+            after = job_key(page[-1][0])
+        return out
+
+    def list_page(
+        self, states: Collection[JobState], user: str, after: JobKey | None, limit: int
+    ) -> list[tuple[Job, list[Task]]]:
+        """Up to ``limit`` matching jobs, live and archived, past ``after`` in (submit time,
+        id) order; a job archived meanwhile is listed once."""
+
+        def wanted(job: Job) -> bool:
+            return (not states or job.state in states) and (not user or job.user == user)
+
         with self.state.lock:
-            return [
-                (job, list(self.state.job_tasks(job.id)))
-                for job in sorted(self.state.jobs.values(), key=lambda j: (j.submit_time, j.id))
-                if (not states or job.state in states) and (not user or job.user == user)
-            ]
+            live = heapq.nsmallest(
+                limit,
+                (
+                    j
+                    for j in self.state.jobs.values()
+                    if wanted(j) and (after is None or job_key(j) > after)
+                ),
+                key=job_key,
+            )
+            page = [(j, list(self.state.job_tasks(j.id))) for j in live]
+            page += self.state.store.archived_jobs(after, limit, [s.value for s in states], user)
+        page.sort(key=lambda item: job_key(item[0]))
+        return page[:limit]
 
     def cancel(self, user: str, job_id: str) -> Job:
         with self.state.lock:
@@ -162,3 +199,8 @@ class JobOperations:
             job_id = "j-" + uuid.uuid4().hex[:8]
             if job_id not in self.state.jobs:
                 return job_id
+
+
+def job_key(job: Job) -> JobKey:
+    """A job's place in listings."""
+    return (job.submit_time, job.id)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from controller import lifecycle
+from controller import lifecycle, retention
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Policy, Stop
 from controller.priority_sender import PrioritySender
@@ -87,6 +87,7 @@ class Scheduler:
             with state.holding_commands():
                 self.check_liveness()
                 lifecycle.resume_pending_migrations(state)
+                retention.archive_finished(state)
             snapshot = build_snapshot(state)
         started = time.perf_counter()
         decision = self.policy.decide(snapshot)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from controller import paging
 from controller.agent_events import AgentEvents
 from controller.auth.guard import Guard
 from controller.auth.peer import certified, is_tls
@@ -124,10 +125,11 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     ) -> jobs_pb2.ListJobsResponse:
         who = self._guard.person(context)
         states = [serde.job_state_from_proto(s) for s in request.states]
-        jobs = self._ops.list(states, request.user)
-        return jobs_pb2.ListJobsResponse(
-            jobs=[serde.job_to_proto(visible(who, j), t) for j, t in jobs]
-        )
+        size = paging.page_size(request.page_size)
+        after = paging.decode_token(request.page_token)
+        jobs = self._ops.list_page(states, request.user, after, size + 1)
+        msgs, token = paging.fill(jobs, size, lambda j, t: serde.job_to_proto(visible(who, j), t))
+        return jobs_pb2.ListJobsResponse(jobs=msgs, next_page_token=token)
 
     @maps_errors
     def CancelJob(

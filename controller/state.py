@@ -46,6 +46,9 @@ class ControllerSettings:
     master_port_range: tuple[int, int] = (29500, 39499)
     # How long a submit's request id is remembered: a retry within it returns the same job.
     submit_request_retention_s: float = 24 * 3600.0
+    # Finished jobs and events older than this move to the store's archive and out of memory
+    # (controller.retention); None keeps everything live.
+    retain_finished_s: float | None = 7 * 24 * 3600.0
 
 
 class ControllerState:

@@ -107,12 +107,20 @@ class Client:
         return serde.job_from_proto(reply.job)
 
     def list(
-        self, states: tuple[JobState, ...] = (), user: str = ""
+        self, states: tuple[JobState, ...] = (), user: str = "", page_size: int = 0
     ) -> list[tuple[Job, list[Task]]]:
+        """Every matching job, following the pages (``page_size``: jobs per call, 0 for the
+        controller's default)."""
         request = jobs_pb2.ListJobsRequest(
-            states=[serde.job_state_to_proto(s) for s in states], user=user
+            states=[serde.job_state_to_proto(s) for s in states], user=user, page_size=page_size
         )
-        return [serde.job_from_proto(j) for j in self._call(self._stub.ListJobs, request).jobs]
+        jobs: list[tuple[Job, list[Task]]] = []
+        while True:
+            reply = self._call(self._stub.ListJobs, request)
+            jobs += [serde.job_from_proto(j) for j in reply.jobs]
+            if not reply.next_page_token:
+                return jobs
+            request.page_token = reply.next_page_token
 
     def cancel(self, job_id: str) -> Job:
         reply = self._call(self._stub.CancelJob, jobs_pb2.CancelJobRequest(job_id=job_id))

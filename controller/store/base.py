@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -32,6 +32,10 @@ class StoreWriteError(sqlite3.OperationalError):
     """The store could not write (a full disk, an I/O error, a lost database connection);
     nothing of the failed transaction was kept. A subclass of ``sqlite3.OperationalError``
     for the handlers written before other backends existed."""
+
+
+JobKey = tuple[float, str]
+"""A job's place in listings: (submit time, id)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,27 @@ class Store(ABC):
     @abstractmethod
     def events_after(self, seq: int, job_id: str = "", limit: int = 1000) -> list[Event]:
         """Events with a larger sequence number, oldest first, optionally for one job."""
+
+    # --- retention (issue 12 #3): the archive is not loaded at start -----------------------
+    @abstractmethod
+    def archive_jobs(self, job_ids: Sequence[str]) -> None:
+        """Move these jobs and their tasks to the archive (``load()`` no longer returns them)."""
+
+    @abstractmethod
+    def archive_events(self, before: float) -> int:
+        """Move the events older than ``before`` to the archive; returns how many.
+        ``events_after`` still returns them."""
+
+    @abstractmethod
+    def archived_job(self, job_id: str) -> tuple[Job, list[Task]] | None:
+        """An archived job and its tasks; None when it is not archived."""
+
+    @abstractmethod
+    def archived_jobs(
+        self, after: JobKey | None, limit: int, states: Collection[str] = (), user: str = ""
+    ) -> list[tuple[Job, list[Task]]]:
+        """Up to ``limit`` archived jobs past ``after`` in (submit time, id) order, of these
+        states (``JobState`` values; empty: any) and this user (empty: any)."""
 
     @abstractmethod
     def close(self) -> None:

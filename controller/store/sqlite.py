@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from controller.store import codec
-from controller.store.base import QuarantinedRow, Store, StoredState, StoreWriteError
+from controller.store.base import JobKey, QuarantinedRow, Store, StoredState, StoreWriteError
 from mlsched.model import Event, Job, Node, Task
 
 _SCHEMA = """
@@ -28,6 +28,18 @@ CREATE TABLE IF NOT EXISTS submit_requests (
     user TEXT NOT NULL, request_id TEXT NOT NULL, job_id TEXT NOT NULL, time REAL NOT NULL,
     PRIMARY KEY (user, request_id));
 CREATE INDEX IF NOT EXISTS submit_requests_by_time ON submit_requests (time);
+CREATE TABLE IF NOT EXISTS jobs_archive (
+    id TEXT PRIMARY KEY, user TEXT NOT NULL, state TEXT NOT NULL,
+    submit_time REAL NOT NULL, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_archive_by_submit ON jobs_archive (submit_time, id);
+CREATE TABLE IF NOT EXISTS tasks_archive (
+    job_id TEXT NOT NULL, rank INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (job_id, rank));
+CREATE TABLE IF NOT EXISTS events_archive (
+    seq INTEGER PRIMARY KEY, time REAL NOT NULL, kind TEXT NOT NULL,
+    message TEXT NOT NULL, job_id TEXT NOT NULL, node_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_archive_by_job ON events_archive (job_id, seq);
+CREATE INDEX IF NOT EXISTS events_by_time ON events (time);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS quarantine (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, source TEXT NOT NULL, key TEXT NOT NULL,
@@ -236,19 +248,79 @@ class SqliteStore(Store):
         return Event(seq=seq, time=time, kind=kind, message=message, job_id=job_id, node_id=node_id)
 
     def events_after(self, seq: int, job_id: str = "", limit: int = 1000) -> list[Event]:
-        query = "SELECT seq, time, kind, message, job_id, node_id FROM events WHERE seq > ?"
-        args: list[object] = [seq]
-        if job_id:
-            query += " AND job_id = ?"
-            args.append(job_id)
-        query += " ORDER BY seq LIMIT ?"
-        args.append(limit)
+        where = "seq > ?" + (" AND job_id = ?" if job_id else "")
+        args: list[object] = [seq, job_id] if job_id else [seq]
+        columns = "seq, time, kind, message, job_id, node_id"
+        query = (
+            f"SELECT {columns} FROM events_archive WHERE {where} UNION ALL "
+            f"SELECT {columns} FROM events WHERE {where} ORDER BY seq LIMIT ?"
+        )
         with self._lock:
-            rows = self._conn.execute(query, args).fetchall()
+            rows = self._conn.execute(query, [*args, *args, limit]).fetchall()
         return [
             Event(seq=r[0], time=r[1], kind=r[2], message=r[3], job_id=r[4], node_id=r[5])
             for r in rows
         ]
+
+    # --- retention --------------------------------------------------------------------------
+    def archive_jobs(self, job_ids: Sequence[str]) -> None:
+        with self._write():
+            for job_id in job_ids:
+                for table in ("jobs", "tasks"):
+                    key = "id" if table == "jobs" else "job_id"
+                    self._conn.execute(  # fixed names
+                        f"INSERT OR REPLACE INTO {table}_archive SELECT * FROM {table}"
+                        f" WHERE {key} = ?",
+                        (job_id,),
+                    )
+                    self._conn.execute(f"DELETE FROM {table} WHERE {key} = ?", (job_id,))
+
+    def archive_events(self, before: float) -> int:
+        with self._write():
+            self._conn.execute(
+                "INSERT OR REPLACE INTO events_archive SELECT * FROM events WHERE time < ?",
+                (before,),
+            )
+            cur = self._conn.execute("DELETE FROM events WHERE time < ?", (before,))
+        return cur.rowcount
+
+    def archived_job(self, job_id: str) -> tuple[Job, list[Task]] | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT data FROM jobs_archive WHERE id = ?", (job_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            tasks = self._conn.execute(
+                "SELECT data FROM tasks_archive WHERE job_id = ? ORDER BY rank", (job_id,)
+            ).fetchall()
+        return codec.job_from_json(row[0]), [codec.task_from_json(t[0]) for t in tasks]
+
+    def archived_jobs(
+        self, after: JobKey | None, limit: int, states: Collection[str] = (), user: str = ""
+    ) -> list[tuple[Job, list[Task]]]:
+        query = "SELECT id, data FROM jobs_archive WHERE 1 = 1"
+        args: list[object] = []
+        if after is not None:
+            query += " AND (submit_time > ? OR (submit_time = ? AND id > ?))"
+            args += [after[0], after[0], after[1]]
+        if states:
+            query += f" AND state IN ({', '.join('?' for _ in states)})"
+            args += list(states)
+        if user:
+            query += " AND user = ?"
+            args.append(user)
+        query += " ORDER BY submit_time, id LIMIT ?"
+        args.append(limit)
+        with self._lock:
+            rows = self._conn.execute(query, args).fetchall()
+            out = []
+            for job_id, data in rows:
+                tasks = self._conn.execute(
+                    "SELECT data FROM tasks_archive WHERE job_id = ? ORDER BY rank", (job_id,)
+                ).fetchall()
+                out.append((codec.job_from_json(data), [codec.task_from_json(t[0]) for t in tasks]))
+        return out
 
     def close(self) -> None:
         with self._lock:

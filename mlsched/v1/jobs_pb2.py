@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mlsched.v1 import common_pb2 as mlsched_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15mlsched/v1/jobs.proto\x12\nmlsched.v1\x1a\x17mlsched/v1/common.proto\"I\n\x10SubmitJobRequest\x12!\n\x04spec\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.JobSpec\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"1\n\x11SubmitJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.mlsched.v1.Job\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\".\n\x0eGetJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.mlsched.v1.Job\"E\n\x0fListJobsRequest\x12$\n\x06states\x18\x01 \x03(\x0e\x32\x14.mlsched.v1.JobState\x12\x0c\n\x04user\x18\x02 \x01(\t\"1\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.mlsched.v1.Job\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"1\n\x11\x43\x61ncelJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.mlsched.v1.Job\"0\n\x0eStopJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"/\n\x0fStopJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.mlsched.v1.Job\"\x12\n\x10ListNodesRequest\"4\n\x11ListNodesResponse\x12\x1f\n\x05nodes\x18\x01 \x03(\x0b\x32\x10.mlsched.v1.Node\"D\n\x11GetJobLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"I\n\x12GetJobLogsResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"G\n\x12WatchEventsRequest\x12\x11\n\tafter_seq\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"7\n\x13WatchEventsResponse\x12 \n\x05\x65vent\x18\x01 \x01(\x0b\x32\x11.mlsched.v1.Event2\xd5\x04\n\nJobService\x12H\n\tSubmitJob\x12\x1c.mlsched.v1.SubmitJobRequest\x1a\x1d.mlsched.v1.SubmitJobResponse\x12?\n\x06GetJob\x12\x19.mlsched.v1.GetJobRequest\x1a\x1a.mlsched.v1.GetJobResponse\x12\x45\n\x08ListJobs\x12\x1b.mlsched.v1.ListJobsRequest\x1a\x1c.mlsched.v1.ListJobsResponse\x12H\n\tCancelJob\x12\x1c.mlsched.v1.CancelJobRequest\x1a\x1d.mlsched.v1.CancelJobResponse\x12\x42\n\x07StopJob\x12\x1a.mlsched.v1.StopJobRequest\x1a\x1b.mlsched.v1.StopJobResponse\x12H\n\tListNodes\x12\x1c.mlsched.v1.ListNodesRequest\x1a\x1d.mlsched.v1.ListNodesResponse\x12K\n\nGetJobLogs\x12\x1d.mlsched.v1.GetJobLogsRequest\x1a\x1e.mlsched.v1.GetJobLogsResponse\x12P\n\x0bWatchEvents\x12\x1e.mlsched.v1.WatchEventsRequest\x1a\x1f.mlsched.v1.WatchEventsResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15mlsched/v1/jobs.proto\x12\nmlsched.v1\x1a\x17mlsched/v1/common.proto\"I\n\x10SubmitJobRequest\x12!\n\x04spec\x18\x01 \x01(\x0b\x32\x13.mlsched.v1.JobSpec\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"1\n\x11SubmitJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.mlsched.v1.Job\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\".\n\x0eGetJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.mlsched.v1.Job\"l\n\x0fListJobsRequest\x12$\n\x06states\x18\x01 \x03(\x0e\x32\x14.mlsched.v1.JobState\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.mlsched.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"1\n\x11\x43\x61ncelJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.mlsched.v1.Job\"0\n\x0eStopJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"/\n\x0fStopJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.mlsched.v1.Job\"\x12\n\x10ListNodesRequest\"4\n\x11ListNodesResponse\x12\x1f\n\x05nodes\x18\x01 \x03(\x0b\x32\x10.mlsched.v1.Node\"D\n\x11GetJobLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x11\n\tmax_bytes\x18\x03 \x01(\x03\"I\n\x12GetJobLogsResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x11\n\ttruncated\x18\x03 \x01(\x08\"G\n\x12WatchEventsRequest\x12\x11\n\tafter_seq\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06\x66ollow\x18\x03 \x01(\x08\"7\n\x13WatchEventsResponse\x12 \n\x05\x65vent\x18\x01 \x01(\x0b\x32\x11.mlsched.v1.Event2\xd5\x04\n\nJobService\x12H\n\tSubmitJob\x12\x1c.mlsched.v1.SubmitJobRequest\x1a\x1d.mlsched.v1.SubmitJobResponse\x12?\n\x06GetJob\x12\x19.mlsched.v1.GetJobRequest\x1a\x1a.mlsched.v1.GetJobResponse\x12\x45\n\x08ListJobs\x12\x1b.mlsched.v1.ListJobsRequest\x1a\x1c.mlsched.v1.ListJobsResponse\x12H\n\tCancelJob\x12\x1c.mlsched.v1.CancelJobRequest\x1a\x1d.mlsched.v1.CancelJobResponse\x12\x42\n\x07StopJob\x12\x1a.mlsched.v1.StopJobRequest\x1a\x1b.mlsched.v1.StopJobResponse\x12H\n\tListNodes\x12\x1c.mlsched.v1.ListNodesRequest\x1a\x1d.mlsched.v1.ListNodesResponse\x12K\n\nGetJobLogs\x12\x1d.mlsched.v1.GetJobLogsRequest\x1a\x1e.mlsched.v1.GetJobLogsResponse\x12P\n\x0bWatchEvents\x12\x1e.mlsched.v1.WatchEventsRequest\x1a\x1f.mlsched.v1.WatchEventsResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,29 +41,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBRESPONSE']._serialized_start=221
   _globals['_GETJOBRESPONSE']._serialized_end=267
   _globals['_LISTJOBSREQUEST']._serialized_start=269
-  _globals['_LISTJOBSREQUEST']._serialized_end=338
-  _globals['_LISTJOBSRESPONSE']._serialized_start=340
-  _globals['_LISTJOBSRESPONSE']._serialized_end=389
-  _globals['_CANCELJOBREQUEST']._serialized_start=391
-  _globals['_CANCELJOBREQUEST']._serialized_end=425
-  _globals['_CANCELJOBRESPONSE']._serialized_start=427
-  _globals['_CANCELJOBRESPONSE']._serialized_end=476
-  _globals['_STOPJOBREQUEST']._serialized_start=478
-  _globals['_STOPJOBREQUEST']._serialized_end=526
-  _globals['_STOPJOBRESPONSE']._serialized_start=528
-  _globals['_STOPJOBRESPONSE']._serialized_end=575
-  _globals['_LISTNODESREQUEST']._serialized_start=577
-  _globals['_LISTNODESREQUEST']._serialized_end=595
-  _globals['_LISTNODESRESPONSE']._serialized_start=597
-  _globals['_LISTNODESRESPONSE']._serialized_end=649
-  _globals['_GETJOBLOGSREQUEST']._serialized_start=651
-  _globals['_GETJOBLOGSREQUEST']._serialized_end=719
-  _globals['_GETJOBLOGSRESPONSE']._serialized_start=721
-  _globals['_GETJOBLOGSRESPONSE']._serialized_end=794
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=796
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=867
-  _globals['_WATCHEVENTSRESPONSE']._serialized_start=869
-  _globals['_WATCHEVENTSRESPONSE']._serialized_end=924
-  _globals['_JOBSERVICE']._serialized_start=927
-  _globals['_JOBSERVICE']._serialized_end=1524
+  _globals['_LISTJOBSREQUEST']._serialized_end=377
+  _globals['_LISTJOBSRESPONSE']._serialized_start=379
+  _globals['_LISTJOBSRESPONSE']._serialized_end=453
+  _globals['_CANCELJOBREQUEST']._serialized_start=455
+  _globals['_CANCELJOBREQUEST']._serialized_end=489
+  _globals['_CANCELJOBRESPONSE']._serialized_start=491
+  _globals['_CANCELJOBRESPONSE']._serialized_end=540
+  _globals['_STOPJOBREQUEST']._serialized_start=542
+  _globals['_STOPJOBREQUEST']._serialized_end=590
+  _globals['_STOPJOBRESPONSE']._serialized_start=592
+  _globals['_STOPJOBRESPONSE']._serialized_end=639
+  _globals['_LISTNODESREQUEST']._serialized_start=641
+  _globals['_LISTNODESREQUEST']._serialized_end=659
+  _globals['_LISTNODESRESPONSE']._serialized_start=661
+  _globals['_LISTNODESRESPONSE']._serialized_end=713
+  _globals['_GETJOBLOGSREQUEST']._serialized_start=715
+  _globals['_GETJOBLOGSREQUEST']._serialized_end=783
+  _globals['_GETJOBLOGSRESPONSE']._serialized_start=785
+  _globals['_GETJOBLOGSRESPONSE']._serialized_end=858
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=860
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=931
+  _globals['_WATCHEVENTSRESPONSE']._serialized_start=933
+  _globals['_WATCHEVENTSRESPONSE']._serialized_end=988
+  _globals['_JOBSERVICE']._serialized_start=991
+  _globals['_JOBSERVICE']._serialized_end=1588
 # @@protoc_insertion_point(module_scope)
