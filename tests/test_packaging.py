@@ -63,6 +63,7 @@ def test_no_dependency_is_left_unimported():
         "nvidia-ml-py": "pynvml",
         "pyyaml": "yaml",
         "highsbox": "mip",  # python-mip loads its HiGHS library
+        "scikit-learn": "sklearn",
     }
     for requirement in PYPROJECT["project"]["dependencies"]:
         module = imported_as.get(_name(requirement), _name(requirement).replace("-", "_"))
