@@ -173,8 +173,9 @@ class OnesPolicy:
         else:
             cap = elastic.max_gpus
         rates = tuple(self.throughput(track, g) for g in range(1, cap + 1))
-        epoch_size = job.metrics.get("epoch_size", 0.0)
-        samples = max(job.metrics.get("samples", 0.0), epoch_size, 1.0)
+        last = track.last  # a job pausing may show only its loss: its last full report
+        status = Status.of(job.metrics) if "samples" in job.metrics or last is None else last
+        samples = max(status.samples, status.epoch_size, 1.0)
         penalty = 1.0
         if job.state.active and self._arrivals:
             k = self._interarrival(now)
@@ -263,7 +264,8 @@ class OnesPolicy:
             return True
         for job in snapshot.active:
             track = self.tracks[job.id]
-            if "epoch" in job.metrics and track.epoch <= track.deployed_epoch:
+            reports = "epoch" in job.metrics or track.last is not None
+            if reports and track.epoch <= track.deployed_epoch:
                 return False
         return True
 

@@ -181,3 +181,13 @@ def test_the_same_seed_gives_the_same_decisions():
     assert one == two
     used = [g for x in one.launch for p in x.placement for g in p.gpu_indices]
     assert len(used) == len(set(used)) <= 8
+
+
+def test_a_pausing_job_showing_only_its_loss_keeps_its_last_report():
+    policy = OnesPolicy(seed=0)
+    full = {"samples": 400.0, "epoch": 4.0, "epoch_size": 100.0, "batch_size": 128.0}
+    policy.decide(_snap(0.0, active=[_running("a", 1, **full)]))
+    gene = policy.gene(_running("a", 1, loss=0.5), 10.0)
+    assert gene.samples == 400.0
+    policy.tracks["a"].deployed_epoch = 4
+    assert policy._due(_snap(10.0, active=[_running("a", 1, loss=0.5)])) is False
