@@ -124,7 +124,11 @@ class CellPool:
 
     @classmethod
     def of(cls, free: Mapping[str, Sequence[int]], levels: int) -> CellPool:
-        return cls(levels, {node: node_cells(ids, levels) for node, ids in sorted(free.items())})
+        """The pool of the free GPUs per node (nodes without any are left out: nothing can be
+        taken from them, and a large cluster has many)."""
+        return cls(
+            levels, {node: node_cells(ids, levels) for node, ids in sorted(free.items()) if ids}
+        )
 
     def take(
         self, level: int, prefer: Sequence[str] = (), avoid: Sequence[str] = ()

@@ -66,10 +66,6 @@ EARLY_SLO_WEIGHT = 1.0
 GRID_EPS = 1e-9  # in periods: a clock a hair past a boundary is on it
 TIE_BREAK = 1e-3  # weight of an allocation's normalised speed for SLO jobs (Eq. 8)
 URGENT_SLACK = 1  # SLO lease terms of slack at most which an SLO job must start to be safe
-# Exponent of a best-effort job's size (GPUs over a node's) in its reward: 0 is the paper's
-# reciprocal of the remaining time per job; 1 makes the reward per GPU that reciprocal, so
-# that a job's GPUs count as much as its remaining time (SRTF by time, as Chronus ranks).
-BE_GPU_WEIGHT = 0.0
 REACH = 2  # queued jobs of each kind in the MILP: up to this many times the GPUs it can give out
 
 
@@ -113,6 +109,7 @@ class UniSchedPolicy:
         # not running: (inputs, terms to the deadlines, candidate, its term-free estimates)
         self._queued: dict[str, tuple[tuple[object, ...], list[int], _Candidate, tuple]] = {}
         self._options: dict[tuple[bool, int, int, int], tuple[_Choice, ...]] = {}
+        self._described: dict[_Choice, str] = {}  # _describe's text per choice (few shapes)
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
         self.boundary_cycles = 0  # cycles at lease boundaries (the MILP's, solved or not)
         self._worker = IsolatedSolver() if self.config.isolate_solver else None
@@ -435,9 +432,8 @@ class UniSchedPolicy:
         else:
             est = JobEstimator.fitted(view, iterations, self.config, self._speed(view))
             runs = [est.run_s(view.gpus, c.nodes) for c in choices]
-            size = (view.gpus / (1 << (levels - 1))) ** BE_GPU_WEIGHT
             remainings = [est.best_effort_remaining_s(r, be) for r in runs]
-            rewards = [self._be_reward(r, be, size) for r in remainings]
+            rewards = [self._be_reward(r, be) for r in remainings]
         be_reward = max(rewards)
         if phase == "slo":
             deadlines = tuple(
@@ -505,11 +501,10 @@ class UniSchedPolicy:
         self._held[view.id] = ((view.placement, levels), choice)
         return choice
 
-    def _be_reward(self, remaining_s: float, lease_s: float, size: float = 1.0) -> float:
+    def _be_reward(self, remaining_s: float, lease_s: float) -> float:
         """Best-effort reward: reciprocal of the estimated remaining time (in leases, offset so
-        it stays below the profiler reward; §III-C2), times ``size`` (the job's share of a node
-        to the power ``BE_GPU_WEIGHT``; 1 by default), at most half the profiler reward."""
-        return self.config.profiler_reward * min(0.5, size / (2.0 + remaining_s / lease_s))
+        it stays below the profiler reward; §III-C2)."""
+        return self.config.profiler_reward / (2.0 + remaining_s / lease_s)
 
     def _reserved(self, running: list[JobView], slo: float) -> tuple[float, ...]:
         """GPUs that SLO jobs on unexpired leases hold in each future term until they finish."""
@@ -549,6 +544,12 @@ class UniSchedPolicy:
                 ranks[cand.view.id] = (3, -_now_reward(cand) / max(1, cand.view.gpus))
         return ranks
 
+    def _describe(self, choice: _Choice) -> str:
+        text = self._described.get(choice)
+        if text is None:
+            text = self._described[choice] = _describe(choice)
+        return text
+
     def _chosen(self, cand: _Candidate, solution: MilpSolution, now: float) -> JobEstimate:
         pick = solution.run_now.get(cand.view.id)
         if pick is None:
@@ -560,7 +561,7 @@ class UniSchedPolicy:
             e.iteration_time_s,
             e.remaining_s,
             e.reward,
-            _describe(cand.choices[pick]),
+            self._describe(cand.choices[pick]),
             now,
         )
 
