@@ -83,6 +83,7 @@ class Trainer:
     """A live training process of this cluster."""
 
     pid: int
+    node_id: str
     job_id: str
     rank: int
     attempt: int
@@ -103,7 +104,8 @@ def trainers(cluster: LocalCluster) -> list[Trainer]:
             continue
         job_id, rank, attempt = env["MLSCHED_TASK_ID"].rsplit("/", 2)
         gpus = env.get("CUDA_VISIBLE_DEVICES", "")
-        found.append(Trainer(proc.pid, job_id, int(rank), int(attempt), gpus))
+        node_id = Path(env["MLSCHED_EXIT_FILE"]).relative_to(cluster.root).parts[0]
+        found.append(Trainer(proc.pid, node_id, job_id, int(rank), int(attempt), gpus))
     return found
 
 
