@@ -16,6 +16,7 @@ import grpc
 from mlsched import render
 from mlsched.jobspec import SpecError, load_spec_file
 from mlsched.model import JobState
+from mlsched.security.bundle import CredentialsError
 
 DEFAULT_CONTROLLER = "127.0.0.1:50051"
 
@@ -59,35 +60,36 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True))
 
 
+def _client(args: argparse.Namespace) -> Any:
+    """A client of the controller as this user: with their credential bundle, or claiming
+    ``--user`` on plaintext with ``--insecure``. Sets ``args.user`` to the name used."""
+    from mlsched.client import Client
+    from mlsched.security import bundle
+    from mlsched.security.names import parse_common_name
+
+    if args.insecure:
+        args.user = args.user or _default_user()
+        return Client(args.controller, args.user)
+    creds = bundle.load(args.credentials or bundle.default_dir())
+    who = parse_common_name(creds.common_name())
+    args.user = who.name if who is not None else ""
+    return Client(args.controller, credentials=creds)
+
+
 def _with_client(
     fn: Callable[[Any, argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        from mlsched.client import Client
-        from mlsched.security import bundle
-        from mlsched.security.names import parse_common_name
-
-        if args.insecure:
-            args.user = args.user or _default_user()
-            with Client(args.controller, args.user) as client:
-                return fn(client, args)
-        try:
-            creds = bundle.load(args.credentials or bundle.default_dir())
-        except bundle.CredentialsError as exc:
-            print(f"mlsched: {exc}", file=sys.stderr)
-            return 2
-        who = parse_common_name(creds.common_name())
-        args.user = who.name if who is not None else ""
-        with Client(args.controller, credentials=creds) as client:
+        with _client(args) as client:
             return fn(client, args)
 
     return run
 
 
-@_with_client
-def cmd_submit(client: Any, args: argparse.Namespace) -> int:
-    spec = load_spec_file(args.file)  # validated before anything is sent
-    job = client.submit(spec)
+def cmd_submit(args: argparse.Namespace) -> int:
+    spec = load_spec_file(args.file)  # validated before credentials are looked for
+    with _client(args) as client:
+        job = client.submit(spec)
     if args.json:
         _print_json(render.job_dict(job))
     else:
@@ -271,6 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SpecError as exc:
+        print(f"mlsched: {exc}", file=sys.stderr)
+        return 2
+    except CredentialsError as exc:
         print(f"mlsched: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:
