@@ -13,6 +13,7 @@ from pathlib import Path
 from controller.policy import available_policies, make_policy
 from simulator.elastic import LOADERS, ElasticJobModel, data_folder
 from simulator.engine import PRESETS, ClusterShape, SimConfig, Simulation
+from simulator.interference import Interference, load_interference
 from simulator.jobmodel import TraceJobModel, UnknownModel
 from simulator.metrics import compute_metrics
 from simulator.report import SPEED_MODEL_KEY, format_table, plot, write_json
@@ -52,6 +53,15 @@ def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
         help="job density scaling, 0.8-1.6 as in UniSched Fig. 6c [%(default)s]",
     )
     add_cell_options(p)
+    p.add_argument(
+        "--interference",
+        nargs="?",
+        const="default",
+        metavar="PATH",
+        help="slow jobs by the CPU, memory, bandwidth and GPU load of their servers' other jobs "
+        "(simulator/interference.py); PATH: curves to use instead of the fitted default. "
+        "Off by default (the UniSched/Chronus comparisons assume none)",
+    )
     p.add_argument("--json", type=Path, dest="json_path", help="write metrics JSON here")
     p.add_argument("--plot", type=Path, help="write a PNG (JCT CDF, utilisation) here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -314,8 +324,17 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
         lease_s=args.lease_seconds,
         cycle_s=args.cycle_seconds,
         check_invariants=args.check_invariants,
+        interference=interference_model(getattr(args, "interference", None)),
     )
     return PreparedRun(jobs, model, shape, config)
+
+
+def interference_model(option: str | None) -> Interference | None:
+    """``--interference``: None when not given, the fitted default for ``"default"``, else the
+    curves in the file named."""
+    if option is None:
+        return None
+    return load_interference(None if option == "default" else option)
 
 
 def run_policy(

@@ -56,6 +56,7 @@ from mlsched.model import (
     TargetMetricStop,
 )
 from simulator.elastic import RESCALE_S, BatchProfile, batch_metrics
+from simulator.interference import Interference
 from simulator.types import RESOURCES, JobModel, JobRecord, SimResult, TraceJob
 
 _ARRIVE, _RELEASE, _FINISH = 0, 1, 2
@@ -82,6 +83,7 @@ class SimConfig:
     cycle_s: float = 60.0  # the least time between two triggered cycles
     check_invariants: bool = False
     max_time_s: float | None = None  # stop the clock here (None: run until every job ends)
+    interference: Interference | None = None  # slowdown from co-located load (None: none)
 
 
 _NO_METRICS: Mapping[str, float] = MappingProxyType({})
@@ -118,6 +120,7 @@ class _Job:
         "grid_values",
         "history",
         "iteration_scale",
+        "left_nodes",
         "losses_at",
         "next_point",
         "passed",
@@ -230,6 +233,7 @@ class _Job:
         self.gpus = trace.gpus  # GPUs held in the current (or last) attempt
         self.shape = (trace.gpus, 1)  # (GPUs, nodes) of the current (or last) attempt
         self.placement: tuple[TaskPlacement, ...] = ()
+        self.left_nodes: frozenset[str] = frozenset()  # the nodes of its last attempt
         self.speed = 1.0
         self.base_speed = 1.0  # the job model's speed for the allocation, before any slowdown
         self.factor = 1.0  # overload slowdown: speed = base_speed * factor
@@ -678,6 +682,8 @@ class Simulation:
             job.record.first_start_s = now
         fields = job.fields
         overhead = 0.0
+        if job.attempt and job.left_nodes != {p.node_id for p in placement}:
+            job.record.resumed_elsewhere += 1  # a move by suspension (as UniSched moves jobs)
         if job.attempt:  # a resumption: its suspend + resume overhead is now known
             overhead = self._model.resume_s(job.trace, gpus)
             job.sr_total += job.sr_pending + overhead
@@ -944,11 +950,33 @@ class Simulation:
 
     def _slowdown(self, job: _Job) -> float:
         """1 / the largest load (above 1) of a resource type on any of the job's nodes: a
-        synchronous job runs at the pace of its most overloaded server."""
+        synchronous job runs at the pace of its most overloaded server. With
+        ``SimConfig.interference``, each node's term is that load times the slowdown from
+        the other jobs' load there (``simulator/interference.py``)."""
+        interference = self._config.interference
+        if interference is not None:
+            return 1.0 / self._interfered(job, interference)
         peak = 1.0
         for p in job.placement:
             peak = max(peak, *self._load[p.node_id])
         return 1.0 / peak
+
+    def _interfered(self, job: _Job, interference: Interference) -> float:
+        """The largest (overload x interference) time multiplier over the job's nodes."""
+        demand = job.trace.demand
+        shares = (
+            demand.shares(job.spec.gpus_per_process, len(self._all_gpus))
+            if demand is not None
+            else (0.0,) * len(RESOURCES)
+        )
+        worst = 1.0
+        for node_id in {p.node_id for p in job.placement}:
+            load = self._load[node_id]
+            held = self._on_node[node_id].get(job.trace.id)
+            tasks = held[1] if held is not None else 0
+            others = [max(0.0, u - share * tasks) for u, share in zip(load, shares, strict=True)]
+            worst = max(worst, max(1.0, *load) * interference.slowdown(others))
+        return worst
 
     def _cross_mb(self, job: _Job) -> float:
         """MB sent between servers per iteration: ring edges between consecutive ranks
@@ -969,6 +997,7 @@ class Simulation:
         for p in job.placement:
             self._free[p.node_id].update(p.gpu_indices)
             self._dirty_nodes.add(p.node_id)
+        job.left_nodes = frozenset(p.node_id for p in job.placement)
         job.placement = ()
         self._set_busy(self._busy - job.gpus)
 

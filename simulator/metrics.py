@@ -240,7 +240,10 @@ def mlfs_metrics(result: SimResult) -> dict:
       their earliest one.
     * ``bandwidth_cost_gb`` (g_3): GB sent between servers, summed over jobs; None when no job
       has a communication volume.
-    * ``migrations_per_job``, ``jobs_stopped`` (MLF-C early stops), ``refused_migrations``.
+    * ``migrations_per_job`` (``Decision.migrate`` orders carried out),
+      ``resumed_elsewhere_per_job`` (resumptions on other nodes than the attempt before: how
+      policies without migrations, such as UniSched, move jobs), ``jobs_stopped`` (MLF-C
+      early stops), ``refused_migrations``.
     """
     records = result.records
     reached = [r.accuracy_by_deadline for r in records if r.accuracy_by_deadline is not None]
@@ -268,6 +271,9 @@ def mlfs_metrics(result: SimResult) -> dict:
         ),
         "migrations_per_job": (
             sum(r.migrations for r in records) / len(records) if records else None
+        ),
+        "resumed_elsewhere_per_job": (
+            sum(r.resumed_elsewhere for r in records) / len(records) if records else None
         ),
         "jobs_stopped": sum(r.stopped for r in records),
         "refused_migrations": result.refused_migrations,

@@ -98,6 +98,7 @@ ROWS: list[tuple[str, tuple[str, ...], Format]] = [
     ("Deadline guarantee (%)", ("deadline_guarantee_ratio",), PERCENT),
     ("Bandwidth cost (GB)", ("bandwidth_cost_gb",), fmt_scaled(1, 1)),
     ("Migrations / job", ("migrations_per_job",), PLAIN),
+    ("Resumed elsewhere / job", ("resumed_elsewhere_per_job",), PLAIN),
     ("Quality avg (%)", ("quality_avg",), PERCENT),
     ("Delay to 90% avg (min)", ("delay_90_s", "avg"), MINUTES),
     ("Delay to 90% median (min)", ("delay_90_s", "median"), MINUTES),

@@ -133,6 +133,7 @@ class JobRecord:
     accuracy_by_deadline: float | None = None  # at its earliest deadline, else at its end
     stopped: bool = False  # ended by a Stop order (MLF-C) rather than its stopping criterion
     migrations: int = 0
+    resumed_elsewhere: int = 0  # resumptions on other nodes than the attempt before
     bandwidth_gb: float = 0.0  # sent between servers (MLFS Eq. 1's B_{n_i, n_j})
     resizes: int = 0  # Decision.resize orders carried out
     # (time, work seconds done) whenever progress changed course; linear in between

@@ -280,6 +280,7 @@ def test_mlfs_metrics_by_hand() -> None:
         rec("d", 50.0, 0.8, 0.8, None, deadline=50.0),  # no requirement; deadline met exactly
     ]
     records[3].migrations = 2
+    records[0].resumed_elsewhere = 3
     records[1].stopped = True
     result = SimResult("p", 8, records, refused_migrations=1)
     assert mlfs_metrics(result) == pytest.approx(
@@ -289,6 +290,7 @@ def test_mlfs_metrics_by_hand() -> None:
             "deadline_guarantee_ratio": 2 / 3,  # a, d of a, b, d (earliest deadlines)
             "bandwidth_cost_gb": 3.5,
             "migrations_per_job": 0.5,
+            "resumed_elsewhere_per_job": 0.75,  # 3 over 4 jobs
             "jobs_stopped": 1,
             "refused_migrations": 1,
         }
