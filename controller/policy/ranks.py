@@ -9,9 +9,11 @@ tasks; near-ties go to the lowest priority). So every policy tells the agents it
   :class:`~controller.policy.mlfs.book.PriorityBook` arithmetic (:class:`Eq6Priorities`).
 - **Every other policy** (the policy-neutral rule, :func:`queue_priorities`): the order in
   which the queue offered the jobs, the one order every policy shares: a job that joined the
-  queue earlier ranks higher. The value is ``-queued_since`` (seconds), so the rank it encodes
-  among the jobs holding GPUs does not change while a job runs and only a new attempt (a new
-  ``queued_since``) sends a new value. This is FIFO's own order; for SRTF, Tiresias, EDF,
+  queue earlier ranks higher. The value is ``-queued_since`` (seconds) at the job's launch, so
+  the rank it encodes among the running jobs does not change while a job runs: it is given
+  with the launch only (the controller resends it to a later attempt, after a migration),
+  which keeps every other cycle free of it (a simulated FIFO cycle over a thousand running
+  jobs would otherwise pay for them all). This is FIFO's own order; for SRTF, Tiresias, EDF,
   Themis, Chronus, SLAQ, fair and UniSched it is a stand-in until a policy fills
   ``Decision.priorities`` itself (it then takes precedence).
 
@@ -41,18 +43,18 @@ def leaving(snapshot: ClusterSnapshot, decision: Decision) -> set[str]:
     }
 
 
-def holding(snapshot: ClusterSnapshot, decision: Decision) -> list[JobView]:
-    """The jobs holding GPUs after ``decision``: the active ones it keeps, then its launches."""
-    gone = leaving(snapshot, decision)
-    kept = [v for v in snapshot.active if v.id not in gone]
-    launched = {item.job_id for item in decision.launch}
-    return kept + [v for v in snapshot.queued if v.id in launched]
-
-
 def queue_priorities(snapshot: ClusterSnapshot, decision: Decision) -> dict[str, float]:
-    """The policy-neutral rule (module docstring): ``-queued_since`` of every job holding GPUs
-    after the decision."""
-    return {v.id: -v.queued_since for v in holding(snapshot, decision)}
+    """The policy-neutral rule (module docstring): ``-queued_since`` of each job the decision
+    launches. A running job's value does not change, so it is given once, at its launch (the
+    controller resends it to a later attempt); no cycle pays for the jobs already running."""
+    launched = {item.job_id for item in decision.launch}
+    found: dict[str, float] = {}
+    for view in snapshot.queued:  # queue order: FIFO's launches are found first
+        if len(found) == len(launched):
+            break
+        if view.id in launched:
+            found[view.id] = -view.queued_since
+    return found
 
 
 def with_queue_priorities(snapshot: ClusterSnapshot, decision: Decision) -> Decision:

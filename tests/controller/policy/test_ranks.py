@@ -9,9 +9,9 @@ import pytest
 
 from controller.placement import TaskPlacement
 from controller.policy import make_policy
-from controller.policy.base import ClusterSnapshot, Decision, JobView, NodeView, Suspend
+from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, NodeView, Suspend
 from controller.policy.mlfs.policy import MlfhPolicy
-from controller.policy.ranks import holding, queue_priorities, with_queue_priorities
+from controller.policy.ranks import leaving, queue_priorities, with_queue_priorities
 from mlsched.model import IterationStop, JobSpec, JobState
 
 NOW = 1000.0
@@ -51,28 +51,35 @@ def cluster(active, queued, util=(0.2, 0.2, 0.2, 0.0)) -> ClusterSnapshot:
     return ClusterSnapshot(NOW, nodes, tuple(queued), tuple(active))
 
 
-def test_fifo_tells_the_agents_the_queue_order():
-    # a joined the queue at 10, b at 20 (both running), c at 30 is launched on a free GPU:
-    # priorities -10 > -20 > -30, earlier first.
-    snap = cluster([job("a", 10.0, "n1", 0), job("b", 20.0, "n1", 1)], [job("c", 30.0)])
+def test_fifo_tells_the_agents_the_queue_order_at_launch():
+    # a joined the queue at 10, b at 20 (both running); c (30) and d (40) are launched on the
+    # free GPUs: -30 > -40, earlier first. The running jobs got theirs at their own launch.
+    snap = cluster(
+        [job("a", 10.0, "n1", 0), job("b", 20.0, "n1", 1)], [job("c", 30.0), job("d", 40.0)]
+    )
     decision = make_policy("fifo").decide(snap)
-    assert [item.job_id for item in decision.launch] == ["c"]
-    assert decision.priorities == {"a": -10.0, "b": -20.0, "c": -30.0}
+    assert sorted(item.job_id for item in decision.launch) == ["c", "d"]
+    assert decision.priorities == {"c": -30.0, "d": -40.0}
+    # nothing launched: nothing to tell
+    assert make_policy("fifo").decide(cluster([job("a", 10.0, "n1", 0)], [])).priorities == {}
 
 
-def test_jobs_leaving_their_gpus_get_none_and_a_policys_own_priorities_win():
+def test_jobs_leaving_their_gpus_and_a_policys_own_priorities_winning():
     snap = cluster([job("a", 10.0, "n1", 0), job("b", 20.0, "n1", 1)], [])
     leaving_b = Decision(suspend=(Suspend("b", "test"),))
-    assert [v.id for v in holding(snap, leaving_b)] == ["a"]
-    assert queue_priorities(snap, leaving_b) == {"a": -10.0}
+    assert leaving(snap, leaving_b) == {"b"}
     own = Decision(priorities={"b": 7.0})
     assert with_queue_priorities(snap, own) is own
 
 
 @pytest.mark.parametrize("name", ["srtf", "tiresias", "unisched"])
 def test_every_baseline_gets_the_neutral_rule(name):
-    snap = cluster([job("a", 10.0, "n1", 0)], [])
-    assert make_policy(name).decide(snap).priorities == {"a": -10.0}
+    snap = cluster([job("a", 10.0, "n1", 0)], [job("q", 50.0)])
+    decision = make_policy(name).decide(snap)
+    assert decision.priorities == {
+        v: -50.0 for v in ("q",) if v in {x.job_id for x in decision.launch}
+    }
+    assert queue_priorities(snap, replace(decision, launch=(Launch("q", (), 1.0),))) == {"q": -50.0}
 
 
 def test_mlf_h_sends_eq6_for_jobs_on_an_overloaded_server_only():
