@@ -85,6 +85,13 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         "--cycle-seconds", type=float, default=5.0, help="scheduling cycle interval [%(default)s]"
     )
     p.add_argument(
+        "--store",
+        default=os.environ.get("MLSCHED_STORE", ""),
+        metavar="URL",
+        help="where the state lives: empty for SQLite in --state-dir, or a PostgreSQL URL"
+        " (postgresql://user@host:port/db; the postgres extra) [or env MLSCHED_STORE]",
+    )
+    p.add_argument(
         "--retain-finished",
         type=float,
         default=7 * 24 * 3600.0,
@@ -157,6 +164,7 @@ def run_controller(args: argparse.Namespace) -> int:
     config = ControllerConfig(
         listen=args.listen,
         state_dir=args.state_dir,
+        store_url=args.store,
         join_token=read_join_token(args.join_token, args.join_token_file) if args.insecure else "",
         insecure=args.insecure,
         join_listen=args.join_listen,

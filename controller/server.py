@@ -26,7 +26,7 @@ from controller.policy.registry import DEFAULT_POLICY
 from controller.scheduler import Scheduler, SchedulerLoop
 from controller.servicer import AgentServicer, JobServicer
 from controller.state import ControllerSettings, ControllerState
-from controller.store import SqliteStore
+from controller.store import open_store
 from mlsched.client import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
 from mlsched.statelock import StateDirLock
 from mlsched.v1 import agent_pb2_grpc, identity_pb2_grpc, jobs_pb2_grpc
@@ -57,6 +57,7 @@ class ControllerConfig:
     policy: str = DEFAULT_POLICY
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     heartbeat_interval_s: float = 5.0
+    store_url: str = ""  # "": SQLite in state_dir; postgresql://... (controller.store)
     insecure: bool = False
     join_listen: str = ""  # "": the listen port + 1 (any free port with port 0)
     operator_tls: OperatorTls | None = None  # None: the controller's own CA (state dir)
@@ -88,7 +89,7 @@ class Controller:
 
     def _assemble(self, config: ControllerConfig, clock: Clock | None, policy: Policy) -> None:
         self.config = config
-        self.store = SqliteStore(config.state_dir / "controller.db")
+        self.store = open_store(config.store_url, config.state_dir)
         self.sessions = AgentSessions()
         self.state = ControllerState(
             self.store, clock or SystemClock(), self.sessions.send, config.settings

@@ -23,13 +23,10 @@ class CountingStore(SqliteStore):
         super().__init__(path)
         self.sink = sink
         self.commits: list[tuple[bool, bool, int]] = []
-        self._seen_changes = 0
 
-    def _commit(self) -> None:
-        wrote = self._conn.total_changes != self._seen_changes
-        self._seen_changes = self._conn.total_changes
-        self.commits.append((self._begun_durable, wrote, len(self.sink.sent)))
-        super()._commit()
+    def _commit_now(self) -> None:
+        self.commits.append((self._begun_durable, self._wrote, len(self.sink.sent)))
+        super()._commit_now()
 
     def writes(self) -> list[tuple[bool, int]]:
         """(durable, commands sent before) of the commits that wrote something."""

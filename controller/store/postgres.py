@@ -1,0 +1,88 @@
+"""PostgreSQL implementation of :class:`Store` (issue 12 #5): the same SQL as SQLite's.
+
+Needs the ``postgres`` extra (psycopg 3). A durable commit waits for the WAL flush
+(``synchronous_commit`` on, the server's default); a lazy one sets it off for its transaction
+and reaches the disk with the next durable commit (PostgreSQL flushes the WAL in order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from controller.store.sql import SqlStore
+
+try:
+    import psycopg
+    from psycopg.pq import TransactionStatus
+except ImportError:  # pragma: no cover - the extra is not installed
+    psycopg = None  # type: ignore[assignment]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, "user" TEXT NOT NULL, state TEXT NOT NULL,
+    submit_time DOUBLE PRECISION NOT NULL, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+    job_id TEXT NOT NULL, rank INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (job_id, rank));
+CREATE TABLE IF NOT EXISTS nodes (id TEXT PRIMARY KEY, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq BIGSERIAL PRIMARY KEY, time DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL,
+    message TEXT NOT NULL, job_id TEXT NOT NULL, node_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, seq);
+CREATE INDEX IF NOT EXISTS events_by_time ON events (time);
+CREATE TABLE IF NOT EXISTS submit_requests (
+    "user" TEXT NOT NULL, request_id TEXT NOT NULL, job_id TEXT NOT NULL,
+    time DOUBLE PRECISION NOT NULL, PRIMARY KEY ("user", request_id));
+CREATE INDEX IF NOT EXISTS submit_requests_by_time ON submit_requests (time);
+CREATE TABLE IF NOT EXISTS jobs_archive (
+    id TEXT PRIMARY KEY, "user" TEXT NOT NULL, state TEXT NOT NULL,
+    submit_time DOUBLE PRECISION NOT NULL, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_archive_by_submit ON jobs_archive (submit_time, id);
+CREATE TABLE IF NOT EXISTS tasks_archive (
+    job_id TEXT NOT NULL, rank INTEGER NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (job_id, rank));
+CREATE TABLE IF NOT EXISTS events_archive (
+    seq BIGINT PRIMARY KEY, time DOUBLE PRECISION NOT NULL, kind TEXT NOT NULL,
+    message TEXT NOT NULL, job_id TEXT NOT NULL, node_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_archive_by_job ON events_archive (job_id, seq);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value DOUBLE PRECISION NOT NULL);
+CREATE TABLE IF NOT EXISTS quarantine (
+    seq BIGSERIAL PRIMARY KEY, source TEXT NOT NULL, key TEXT NOT NULL,
+    data TEXT NOT NULL, error TEXT NOT NULL);
+"""
+
+
+class PostgresStore(SqlStore):
+    """One connection (``conninfo``: a libpq URL or key=value string) guarded by a lock."""
+
+    def __init__(self, conninfo: str) -> None:
+        if psycopg is None:
+            raise RuntimeError(
+                "the PostgreSQL store needs psycopg 3: pip install 'mlsched[postgres]'"
+            )
+        super().__init__()
+        self.write_errors = (psycopg.Error,)
+        self._conn = psycopg.connect(conninfo, autocommit=True)
+        with self._lock, self.transaction():
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                self._conn.execute(statement)
+
+    def _begin(self, durable: bool) -> None:
+        self._conn.execute("BEGIN")
+        if not durable:
+            self._conn.execute("SET LOCAL synchronous_commit = off")
+
+    def _commit_now(self) -> None:
+        self._conn.execute("COMMIT")
+
+    def _rollback(self) -> None:
+        if self._conn.info.transaction_status != TransactionStatus.IDLE:
+            self._conn.execute("ROLLBACK")
+
+    def _execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(sql.replace("?", "%s"), tuple(args))
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
