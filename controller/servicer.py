@@ -169,12 +169,13 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         if not may_see_all(who, job):
             raise PermissionDenied(f"job {job.id} belongs to {job.user!r}; its logs are theirs")
         node_id, task = self._ops.log_location(request.job_id, request.rank)
-        reply = self._sessions.fetch_logs(
-            node_id,
-            TaskRef(task.job_id, task.rank, task.attempt),
-            request.max_bytes or DEFAULT_LOG_BYTES,
-            LOG_FETCH_TIMEOUT_S,
-        )
+        with self._guard.stream(who, context):  # it may wait LOG_FETCH_TIMEOUT_S for the node
+            reply = self._sessions.fetch_logs(
+                node_id,
+                TaskRef(task.job_id, task.rank, task.attempt),
+                request.max_bytes or DEFAULT_LOG_BYTES,
+                LOG_FETCH_TIMEOUT_S,
+            )
         if reply.error:
             raise NotFound(f"node {node_id}: {reply.error}")
         return jobs_pb2.GetJobLogsResponse(

@@ -69,6 +69,10 @@ def _client(args: argparse.Namespace) -> Any:
 
     if args.insecure:
         args.user = args.user or _default_user()
+        print(
+            f"mlsched: INSECURE: plaintext, claiming to be {args.user!r} (development only)",
+            file=sys.stderr,
+        )
         return Client(args.controller, args.user)
     creds = bundle.load(args.credentials or bundle.default_dir())
     who = parse_common_name(creds.common_name())

@@ -228,12 +228,9 @@ def _join_token(args: argparse.Namespace) -> str:
             return Path(args.agent_join_token_file).read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise ConfigError(f"cannot read the join token file: {exc}") from None
-    token = os.environ.get(JOIN_TOKEN_ENV, "").strip()
-    if not token:
-        raise ConfigError(
-            f"a join token is required (--join-token-file, --join-token or ${JOIN_TOKEN_ENV})"
-        )
-    return token
+    # None given is fine for an agent that holds its certificate (nodeagent/credentials.py
+    # asks for one where it is needed: to join, or with --insecure).
+    return os.environ.get(JOIN_TOKEN_ENV, "").strip()
 
 
 def config_from_args(args: argparse.Namespace) -> AgentConfig:

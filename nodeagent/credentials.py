@@ -23,6 +23,7 @@ from nodeagent.config import AgentConfig, ConfigError
 log = logging.getLogger(__name__)
 
 TLS_DIR = "tls"
+TOKEN_FLAGS = "--join-token-file, --join-token or $MLSCHED_JOIN_TOKEN"
 JOIN_TIMEOUT_S = 30.0
 
 
@@ -83,6 +84,8 @@ def channel_credentials(
 ) -> grpc.ChannelCredentials | None:
     """Mutual-TLS credentials naming this node (joining first if needed); None: --insecure."""
     if security.insecure:
+        if not config.join_token:
+            raise ConfigError(f"--insecure needs the shared join token ({TOKEN_FLAGS})")
         log.warning(
             "INSECURE: plaintext to the controller; the join token crosses the network in"
             " clear text (--insecure is for development only)"
@@ -109,7 +112,9 @@ def join(config: AgentConfig, security: SecurityArgs, tls_dir: Path) -> None:
             " one-time join token"
         )
     if not config.join_token:
-        raise ConfigError("no certificate yet: a join token is required to join")
+        raise ConfigError(
+            f"no certificate in {tls_dir} yet: a join token is required to join ({TOKEN_FLAGS})"
+        )
     try:
         ca_pem = security.ca_file.read_bytes()
     except OSError as exc:

@@ -60,7 +60,8 @@ class Guard:
 
     @contextlib.contextmanager
     def stream(self, who: Identity, context: grpc.ServicerContext) -> Iterator[None]:
-        """Hold a stream slot for ``who`` while the body runs; RESOURCE_EXHAUSTED without one."""
+        """Hold a slot for a long call of ``who`` (an event stream, a log fetch) while the body
+        runs; RESOURCE_EXHAUSTED without one."""
         refusal = self._streams.take(who.name)
         if refusal:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
