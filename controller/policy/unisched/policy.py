@@ -115,6 +115,11 @@ class UniSchedPolicy:
         self._worker = IsolatedSolver() if self.config.isolate_solver else None
         self.needs_job_truth = self.config.oracle  # the simulator fills JobView.truth
 
+    def close(self) -> None:
+        """Stop the MILP worker process, if one runs (a later cycle starts another)."""
+        if self._worker is not None:
+            self._worker.close()
+
     # --- the cycle --------------------------------------------------------------------------
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         if not snapshot.nodes:
