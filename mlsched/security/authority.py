@@ -8,10 +8,12 @@ users' certificates (``mlsched admin issue-user``).
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import socket
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import psutil
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from mlsched.security import pki
@@ -30,12 +32,21 @@ def _utcnow() -> datetime.datetime:
 
 
 def local_names() -> list[str]:
-    """Names a controller on this machine is dialled by: loopback and this host's names."""
+    """Names a controller on this machine is dialled by: loopback, this host's names and the
+    addresses of its interfaces (link-local ones excepted: they need a zone)."""
     names = ["localhost", "127.0.0.1", "::1"]
     for name in (socket.gethostname(), socket.getfqdn()):
         if name:
             names.append(name)
-    return names
+    for addrs in psutil.net_if_addrs().values():
+        names += [a.address for a in addrs if _routable(a.family, a.address)]
+    return list(dict.fromkeys(names))
+
+
+def _routable(family: int, address: str) -> bool:
+    if family not in (socket.AF_INET, socket.AF_INET6) or "%" in address:
+        return False
+    return not ipaddress.ip_address(address).is_link_local
 
 
 class Authority:

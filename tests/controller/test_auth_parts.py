@@ -114,3 +114,23 @@ def test_ca_and_bundles_keep_keys_private(tmp_path: Path) -> None:
 def test_missing_credentials_say_where_they_were_looked_for(tmp_path: Path) -> None:
     with pytest.raises(bundle.CredentialsError, match=str(tmp_path)):
         bundle.load(tmp_path)
+
+
+def test_the_server_certificate_names_what_clients_dial() -> None:
+    import socket
+
+    import psutil
+
+    from controller.auth.tls_setup import server_names
+
+    names = server_names("0.0.0.0:50051", ("ctl.example",))
+    assert {"localhost", "127.0.0.1", "::1", socket.gethostname(), "ctl.example"} <= set(names)
+    assert "0.0.0.0" not in names  # a wildcard is no name
+    ipv4 = [
+        a.address
+        for addrs in psutil.net_if_addrs().values()
+        for a in addrs
+        if a.family == socket.AF_INET and not a.address.startswith("169.254.")
+    ]
+    assert set(ipv4) <= set(names)  # every interface's address but link-local ones
+    assert "10.1.2.3" in server_names("10.1.2.3:50051", ())
