@@ -20,7 +20,7 @@ from controller.agent_events import AgentEvents
 from controller.auth.guard import Guard
 from controller.auth.peer import certified, is_tls
 from controller.auth.spec_limits import check_spec
-from controller.auth.visibility import may_see_all, visible
+from controller.auth.visibility import may_see_all, visible, visible_event
 from controller.commands import TaskRef, TaskReport
 from controller.dispatch import (
     AgentSessions,
@@ -40,7 +40,7 @@ from controller.jobs import JobOperations
 from controller.state import ControllerState
 from mlsched import serde
 from mlsched.model import Node
-from mlsched.security.names import NODE
+from mlsched.security.names import NODE, Identity
 from mlsched.v1 import agent_pb2, agent_pb2_grpc, jobs_pb2, jobs_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -116,8 +116,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         self, request: jobs_pb2.GetJobRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.GetJobResponse:
         who = self._guard.person(context)
-        job, tasks = self._ops.get(request.job_id)
-        return jobs_pb2.GetJobResponse(job=serde.job_to_proto(visible(who, job), tasks))
+        job, tasks = visible(who, *self._ops.get(request.job_id))
+        return jobs_pb2.GetJobResponse(job=serde.job_to_proto(job, tasks))
 
     @maps_errors
     def ListJobs(
@@ -128,7 +128,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         size = paging.page_size(request.page_size)
         after = paging.decode_token(request.page_token)
         jobs = self._ops.list_page(states, request.user, after, size + 1)
-        msgs, token = paging.fill(jobs, size, lambda j, t: serde.job_to_proto(visible(who, j), t))
+        msgs, token = paging.fill(jobs, size, lambda j, t: serde.job_to_proto(*visible(who, j, t)))
         return jobs_pb2.ListJobsResponse(jobs=msgs, next_page_token=token)
 
     @maps_errors
@@ -185,17 +185,19 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def WatchEvents(
         self, request: jobs_pb2.WatchEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[jobs_pb2.WatchEventsResponse]:
-        with self._guard.stream(self._guard.person(context), context):
-            yield from self._events(request, context)
+        who = self._guard.person(context)
+        with self._guard.stream(who, context):
+            yield from self._events(request, context, who)
 
     def _events(
-        self, request: jobs_pb2.WatchEventsRequest, context: grpc.ServicerContext
+        self, request: jobs_pb2.WatchEventsRequest, context: grpc.ServicerContext, who: Identity
     ) -> Iterator[jobs_pb2.WatchEventsResponse]:
         after = request.after_seq
         while context.is_active():
             events = self._state.store.events_after(after, request.job_id)
             for event in events:
-                yield jobs_pb2.WatchEventsResponse(event=serde.event_to_proto(event))
+                seen = visible_event(who, event)
+                yield jobs_pb2.WatchEventsResponse(event=serde.event_to_proto(seen))
                 after = event.seq
             if events:
                 continue

@@ -350,3 +350,43 @@ def test_an_insecure_controller_still_refuses_an_oversized_claimed_name(tmp_path
                 assert got == code, name[:10]
     finally:
         controller.stop(grace_s=0.5)
+
+
+def test_another_users_failed_job_shows_no_lines_of_its_log(cluster: Cluster) -> None:
+    alice, eve, root = cluster.jobs("alice"), cluster.jobs("eve"), cluster.jobs("root", ADMIN)
+    outbox = Outbox(register("node-a"))
+    call = cluster.agents("node-a").AgentSession(iter(outbox), timeout=30.0)
+    try:
+        next_of(call, "registered")
+        job_id = alice.SubmitJob(
+            jobs_pb2.SubmitJobRequest(spec=secret_spec()), timeout=WAIT_S
+        ).job.id
+        task = next_of(call, "launch").launch.task
+        # What an agent reports for a task that failed: its log's last lines after the marker
+        # (nodeagent/endstate.py).
+        outbox.put(
+            agent_pb2.AgentSessionRequest(
+                task_status=agent_pb2.TaskStatus(
+                    task=task,
+                    state=common_pb2.TASK_STATE_FAILED,
+                    exit_code=3,
+                    message="exited with code 3\n--- last lines of the log ---\nkey=hf_secret",
+                )
+            )
+        )
+        wait_event(alice, job_id, lambda e: "-> FAILED" in e.message)
+    finally:
+        outbox.close()
+        call.cancel()
+
+    def texts(stub: jobs_pb2_grpc.JobServiceStub) -> str:
+        job = stub.GetJob(jobs_pb2.GetJobRequest(job_id=job_id), timeout=WAIT_S).job
+        events = stub.WatchEvents(jobs_pb2.WatchEventsRequest(job_id=job_id), timeout=WAIT_S)
+        return "\n".join(
+            [job.message, *(t.message for t in job.tasks)] + [r.event.message for r in events]
+        )
+
+    assert "hf_secret" not in texts(eve)
+    assert "exited with code 3" in texts(eve)  # the failure itself stays visible
+    assert "key=hf_secret" in texts(alice)  # her own job, in full
+    assert "key=hf_secret" in texts(root)
