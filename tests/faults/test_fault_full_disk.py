@@ -60,7 +60,7 @@ def _fill(directory: Path) -> Path:
 
 
 def test_a_full_state_disk_refuses_submits_and_running_jobs_go_on(small_disk: Path) -> None:
-    cluster = LocalCluster(small_disk.parent, TIMING)
+    cluster = LocalCluster(small_disk.parent, TIMING, insecure=True)
     try:
         cluster.start_controller()
         for node_id in ("node-a", "node-b"):
