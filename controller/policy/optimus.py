@@ -11,9 +11,19 @@ to the next round; only a cluster running nothing starts a round at once.
 Predicted remaining time on ``g`` GPUs: the remaining iterations times ``t(g)``, Optimus'
 speed model ``t(g) = a + b / g + c g`` (all-reduce form) fitted by non-negative least squares
 to the job's measured iteration times per GPU count; with fewer than three counts measured,
-``b / g`` alone through the latest (linear speed-up). The remaining iterations come from
-``JobView.estimated_remaining_s`` over ``t`` of the allocation it holds (or requested): in the
-simulator that is exact, where Optimus fits loss curves (``docs/ones.md``: it favours Optimus).
+``b / g`` alone through the latest (linear speed-up).
+
+Remaining iterations come only from what a run reports (Optimus §3.1: convergence estimation
+from the training loss): the job's ``(iteration, loss)`` history (``JobView.metric_history``) is
+fitted with SLAQ's weighted curve fit (:mod:`~controller.policy.slaq_predict`, whose sublinear
+family ``1 / (a k^2 + b k + c) + d`` holds Optimus' ``1 / (b0 k + b1) + b2`` at ``a = 0``; the
+last drop per iteration goes on for histories too short to fit), and the job is predicted to
+converge at the first epoch over which the fitted loss falls by less than ``DELTA`` of itself
+(ours: Optimus leaves the threshold to the job's owner), at most ``HORIZON_EPOCHS`` ahead. An
+epoch is ``epoch_size / batch_size`` iterations when the job reports both, else the spacing of
+its last two reports. A job with no curve yet (fewer than two loss reports) is taken to need the
+median predicted remaining time of the jobs with one, in seconds at the GPUs it holds or asks
+for (all alike when none has one). Never the simulator's remaining time.
 """
 
 from __future__ import annotations
@@ -24,9 +34,12 @@ import numpy as np
 from scipy.optimize import nnls
 
 from controller.policy.base import ClusterSnapshot, Decision, JobView
+from controller.policy.slaq_predict import fit_loss, strawman
 from controller.policy.slaq_resize import bounds, held, plan
 
 INTERVAL_S = 600.0
+DELTA = 0.02  # ours: converged once an epoch lowers the predicted loss by under 2 % of itself
+HORIZON_EPOCHS = 100  # ours: the furthest a prediction looks
 
 
 def iteration_time(job: JobView) -> tuple[float, float, float]:
@@ -42,6 +55,36 @@ def iteration_time(job: JobView) -> tuple[float, float, float]:
         latest = job.speed_samples[-1]
         return 0.0, latest.iteration_time_s * latest.gpus, 0.0
     return 0.0, 1.0, 0.0
+
+
+def epoch_iterations(job: JobView) -> float:
+    """Iterations per epoch: ``epoch_size / batch_size`` when reported, else the spacing of the
+    last two loss reports (1 when neither is known)."""
+    size, batch = job.metrics.get("epoch_size", 0.0), job.metrics.get("batch_size", 0.0)
+    if size > 0 and batch > 0:
+        return size / batch
+    history = job.metric_history
+    if len(history) >= 2 and history[-1][0] > history[-2][0]:
+        return float(history[-1][0] - history[-2][0])
+    return 1.0
+
+
+def remaining_iterations(job: JobView) -> float | None:
+    """Iterations to convergence predicted from the job's loss reports (module docstring);
+    None without a curve (fewer than two reports). At least what is left of the current epoch."""
+    history = job.metric_history
+    curve = fit_loss(history) or strawman(history)
+    if curve is None:
+        return None
+    epoch = epoch_iterations(job)
+    done = float(max(job.iteration, history[-1][0]))
+    k = float(history[-1][0])
+    for _ in range(HORIZON_EPOCHS):
+        now = curve(k)
+        if now - curve(k + epoch) < DELTA * abs(now):
+            break
+        k += epoch
+    return max(k - done, epoch - done % epoch)
 
 
 def _time(theta: tuple[float, float, float], gpus: int) -> float:
@@ -92,7 +135,7 @@ class OptimusPolicy:
                 alloc[job.id] = low
                 capacity -= low
         thetas = {j.id: iteration_time(j) for j in jobs if j.id in alloc}
-        left = {j.id: self._iterations(j, thetas[j.id]) for j in jobs if j.id in alloc}
+        left = self._left([j for j in jobs if j.id in alloc], thetas)
         most = {j.id: bounds(j)[1] for j in jobs}
         heap: list[tuple[float, int, str]] = []
         for rank, job in enumerate(jobs):
@@ -106,6 +149,21 @@ class OptimusPolicy:
         return alloc
 
     @staticmethod
+    def _left(jobs: list[JobView], thetas) -> dict[str, float]:
+        """Predicted remaining iterations; a job without a curve gets the median remaining
+        seconds of those with one, over its own ``t`` (module docstring)."""
+        known = {j.id: remaining_iterations(j) for j in jobs}
+        at = {j.id: _time(thetas[j.id], held(j) or j.spec.gpus) for j in jobs}
+        seconds = [n * at[k] for k, n in known.items() if n is not None]
+        prior = float(np.median(seconds)) if seconds else None
+        out = {}
+        for job_id, n in known.items():
+            if n is None:
+                n = prior / max(at[job_id], 1e-9) if prior is not None else 1.0
+            out[job_id] = n
+        return out
+
+    @staticmethod
     def _push(heap, job_id, rank, alloc, most, thetas, left) -> None:
         g = alloc[job_id]
         if g >= most[job_id]:
@@ -113,12 +171,3 @@ class OptimusPolicy:
         gain = left[job_id] * (_time(thetas[job_id], g) - _time(thetas[job_id], g + 1))
         if gain > 0:
             heapq.heappush(heap, (-gain, rank, job_id))
-
-    @staticmethod
-    def _iterations(job: JobView, theta: tuple[float, float, float]) -> float:
-        """Remaining iterations: the remaining seconds over ``t`` at the allocation they hold
-        for (held GPUs, else the request)."""
-        seconds = job.estimated_remaining_s
-        if seconds is None:
-            return 1.0
-        return seconds / max(_time(theta, held(job) or job.spec.gpus), 1e-9)
