@@ -15,8 +15,10 @@ after each epoch the job finishes, up to ``elastic.max_batch_size``. Resume: a j
 and is passed over by a deployment halves ``B`` (not below ``l``). Scale-down: a running job's
 utilisation in the score is multiplied by ``max(1, t / k)``, ``t`` its executed time and
 ``k = 1 / lambda`` the mean time between arrivals seen so far (reconstructed). A job may hold
-``B // l`` GPUs; on ``g`` GPUs it trains at ``min(B, g * LOCAL_STRETCH * l)``, at most twice
-and at least half its current batch (bounded learning-rate steps, Figs. 13-14).
+``B // l`` GPUs. The search picks every worker's batch (the genome, ``ones_search``) within
+bounds: a worker's batch in ``[l / LOCAL_STRETCH, l * LOCAL_STRETCH]`` (ours: memory), the
+global batch at most ``B`` and, once the job has run, within half and twice its current batch
+(bounded learning-rate steps, Figs. 13-14; the limit wins where they conflict).
 
 State (documented, as ``base`` allows): the population, the plan, per-job tracks (limits,
 reports, measured throughputs) and the regressor; randomness only from the generator seeded
@@ -26,6 +28,7 @@ by ``seed``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 
 import numpy as np
 
@@ -35,6 +38,7 @@ from controller.policy.ones_predict import ProgressModel, Status, remaining_samp
 from controller.policy.ones_search import (
     Gene,
     Genome,
+    batches,
     counts,
     crossover,
     mutate,
@@ -46,7 +50,8 @@ from controller.policy.ones_search import (
 from mlsched.model import BatchRule
 
 PAUSE_S = 25.0  # ours: a GPU-count change's pause until one is measured (as SLAQ's)
-LOCAL_STRETCH = 2  # ours: the per-GPU batch may grow to twice the user's (memory allowing)
+LOCAL_STRETCH = 2  # ours: a worker's batch within half and twice the user's (memory allowing)
+IN_PLACE_S = 1.0  # ONES §4.3, Fig. 16: a batch change on the same GPUs pauses about 1 s
 
 
 @dataclass
@@ -99,7 +104,9 @@ class OnesPolicy:
         size = sum(len(n.gpu_indices) for n in snapshot.nodes)
         order = list(genes.values())
         draws = self._draws(order)
-        current = {j.id: held(j) for j in snapshot.active if j.id in genes}
+        current = {
+            j.id: (held(j), self.tracks[j.id].batch) for j in snapshot.active if j.id in genes
+        }
         pauses = {k: self._pause(snapshot, k) for k in current}
         best = self._evolve(genes, order, draws, size, current, pauses)
         if self._due(snapshot):
@@ -172,7 +179,7 @@ class OnesPolicy:
             cap = max(least(job), min(elastic.max_gpus, track.limit // track.local))
         else:
             cap = elastic.max_gpus
-        rates = tuple(self.throughput(track, g) for g in range(1, cap + 1))
+        rates = cache(lambda g, b: self.throughput(track, g, b))
         last = track.last  # a job pausing may show only its loss: its last full report
         status = Status.of(job.metrics) if "samples" in job.metrics or last is None else last
         samples = max(status.samples, status.epoch_size, 1.0)
@@ -180,21 +187,23 @@ class OnesPolicy:
         if job.state.active and self._arrivals:
             k = self._interarrival(now)
             penalty = max(1.0, track.executed_s / k) if k > 0 else 1.0
-        return Gene(job.id, cap, rates, samples, penalty, new=not track.ran)
+        return Gene(job.id, cap, rates, samples, penalty, not track.ran, *self.bounds(track))
 
-    def batch_on(self, track: Track, gpus: int) -> int:
-        """The batch a job would train at on ``gpus`` GPUs (module docstring)."""
+    def bounds(self, track: Track) -> tuple[int, int, int, int, int]:
+        """(l, a worker's least and largest batch, the least and largest global batch) of a
+        job (module docstring); zeros for a job whose batch is not the scheduler's."""
         if not track.batch:
-            return 0
-        batch = min(track.limit, gpus * LOCAL_STRETCH * track.local)
-        batch = min(max(batch, track.batch // 2), track.batch * 2)
-        return max(batch, gpus)
+            return 0, 0, 0, 0, 0
+        local = track.local
+        low_local, high_local = max(1, local // LOCAL_STRETCH), local * LOCAL_STRETCH
+        if not track.ran:  # Start: no step to bound yet
+            return local, low_local, high_local, 1, track.limit
+        return local, low_local, high_local, track.batch // 2, min(track.limit, 2 * track.batch)
 
-    def throughput(self, track: Track, gpus: int) -> float:
-        """X_j(g): the measured throughput at (g, its batch there); else the measured per-GPU
-        throughput closest in per-GPU batch, times ``g`` (§3.2.1: per-GPU measurements); else
-        the median per-GPU throughput of all jobs measured so far (1 if none)."""
-        batch = self.batch_on(track, gpus)
+    def throughput(self, track: Track, gpus: int, batch: int) -> float:
+        """X_j(g, b): the measured throughput at (g, b); else the measured per-GPU throughput
+        closest in per-GPU batch, times ``g`` (§3.2.1: per-GPU measurements); else the median
+        per-GPU throughput of all jobs measured so far (1 if none)."""
         exact = track.rates.get((gpus, batch))
         if exact:
             return exact
@@ -231,7 +240,7 @@ class OnesPolicy:
         order: list[Gene],
         draws: np.ndarray,
         size: int,
-        current: dict[str, int],
+        current: dict[str, tuple[int, int]],
         pauses: dict[str, float],
     ) -> Genome:
         rng = self._rng
@@ -245,11 +254,13 @@ class OnesPolicy:
             children.extend(crossover(parents[int(a)], parents[int(b)], rng))
         for i in rng.choice(len(parents), max(1, len(parents) // 4)):
             children.append(mutate(parents[int(i)], self.mutation_rate, rng))
-        now = [j for j, g in current.items() for _ in range(g)]
+        now: list[tuple[str, int] | None] = []
+        for job_id, (g, batch) in current.items():  # the batch spread evenly over its GPUs
+            now.extend((job_id, batch // g + (i < batch % g)) for i in range(g))
         now_genome = tuple(now + [None] * (size - len(now)))[:size]
         pool = parents + [refresh(c, genes, mean, rng) for c in (*children, now_genome)]
         scores = utilisation(pool, order, draws)
-        scores += switching(pool, current, pauses)[:, None]
+        scores += switching(pool, current, pauses, IN_PLACE_S)[:, None]
         self.population = [pool[i] for i in select(scores, size)]
         return pool[int(np.argmin(scores.mean(axis=1)))]
 
@@ -274,11 +285,11 @@ class OnesPolicy:
         return free > 0 and any(j.id not in self.plan for j in snapshot.queued)
 
     def _deploy(self, snapshot: ClusterSnapshot, best: Genome, genes: dict[str, Gene]) -> None:
-        chosen = counts(best)
+        chosen, batch = counts(best), batches(best)
         self.plan = {}
         for job_id, gpus in chosen.items():
             track = self.tracks[job_id]
-            self.plan[job_id] = (gpus, self.batch_on(track, gpus))
+            self.plan[job_id] = (gpus, batch[job_id] if track.batch else 0)
             track.deployed_epoch = track.epoch
         for job in snapshot.queued:  # resume rule: passed over, the limit halves
             track = self.tracks[job.id]
@@ -289,12 +300,13 @@ class OnesPolicy:
         """Idle GPUs while jobs wait: the best schedule's waiting jobs join the plan, as many
         GPUs as are free, running jobs untouched."""
         free = sum(len(n.free_gpu_indices) for n in snapshot.nodes)
-        chosen = counts(best)
+        chosen, batch = counts(best), batches(best)
         for job in snapshot.queued:
             gpus = min(chosen.get(job.id, 0), free)
             if job.id in self.plan or gpus <= 0 or gpus < least(job):
                 continue
             track = self.tracks[job.id]
-            self.plan[job.id] = (gpus, self.batch_on(track, gpus))
+            want = batch[job.id] * gpus // chosen[job.id] if track.batch else 0
+            self.plan[job.id] = (gpus, max(want, gpus) if track.batch else 0)
             track.deployed_epoch = track.epoch
             free -= gpus

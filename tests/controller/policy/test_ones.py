@@ -131,20 +131,30 @@ def test_resume_halves_the_limit_of_a_job_passed_over_but_not_below_one_gpu():
     policy.tracks["w"] = Track(local=32, limit=256, batch=128, ran=True)
     policy.tracks["r"] = Track(local=32, limit=32, batch=128, ran=True)
     view = _queued("w")
-    policy._deploy(_snap(0.0, queued=[view]), best=("r",), genes={})
+    policy._deploy(_snap(0.0, queued=[view]), best=(("r", 32),), genes={})
     assert policy.tracks["w"].limit == 128
     for _ in range(5):
-        policy._deploy(_snap(0.0, queued=[view]), best=("r",), genes={})
+        policy._deploy(_snap(0.0, queued=[view]), best=(("r", 32),), genes={})
     assert policy.tracks["w"].limit == 32
 
 
-def test_the_batch_on_g_gpus_is_bounded_by_the_limit_memory_and_lr_steps():
+def test_batch_bounds_follow_the_limit_memory_and_lr_steps():
     policy = OnesPolicy()
-    track = Track(local=50, limit=1000, batch=100)
-    assert policy.batch_on(track, 8) == 200  # min(1000, 8 x 2 x 50) = 800, at most 2 x 100
-    assert policy.batch_on(track, 1) == 100  # min(1000, 100) = 100, at least 100 / 2
-    assert policy.batch_on(Track(local=50, limit=60, batch=100), 1) == 60
-    assert policy.batch_on(Track(local=1, limit=1, batch=0), 4) == 0  # not the scheduler's
+    # a worker within [50 / 2, 50 x 2]; the global batch within [100 / 2, min(1000, 2 x 100)]
+    assert policy.bounds(Track(local=50, limit=1000, batch=100, ran=True)) == (50, 25, 100, 50, 200)
+    # the limit wins over the lr step's lower bound (the gene's fit clamps to ``high`` last)
+    assert policy.bounds(Track(local=50, limit=60, batch=200, ran=True)) == (50, 25, 100, 100, 60)
+    # a job that never ran: only the start limit (one GPU at its own batch)
+    assert policy.bounds(Track(local=50, limit=50, batch=400)) == (50, 25, 100, 1, 50)
+    assert policy.bounds(Track(local=1, limit=1, batch=0)) == (0, 0, 0, 0, 0)  # not its batch
+
+
+def test_the_deployed_plan_carries_the_genomes_batches():
+    policy = OnesPolicy(seed=0)
+    policy.tracks["a"] = Track(local=32, limit=256, batch=128, ran=True)
+    best = (("a", 40), ("a", 24), None, None)
+    policy._deploy(_snap(0.0, active=[_running("a", 2)]), best=best, genes={})
+    assert policy.plan == {"a": (2, 64)}
 
 
 def test_scale_down_penalty_grows_with_executed_time_over_the_mean_interarrival():
