@@ -10,8 +10,11 @@ GPUs idle while jobs wait (§3.2: "immediate response ... when GPU resources bec
 available"); between deployments it carries out the current plan and renews leases.
 
 Limit rules (§3.3.2), per job, on the global batch limit ``B``; ``l`` is the job's own per-GPU
-batch (``spec.batch_size / spec.gpus``): Start: ``B = l`` (one GPU). Scale-up: ``B`` doubles
-after each epoch the job finishes, up to ``elastic.max_batch_size``. Resume: a job that has run
+batch (``spec.batch_size / spec.gpus``): Start: ``B = l`` (one GPU) "until completing a few
+warm-up steps", taken to end with the job's first measured throughput, when ``B`` becomes at
+least the user's own global batch (reconstructed: the text does not say to what the limit
+rises). Scale-up: ``B`` doubles after each epoch the job finishes, up to
+``elastic.max_batch_size``. Resume: a job that has run
 and is passed over by a deployment halves ``B`` (not below ``l``). Scale-down: a running job's
 utilisation in the score is multiplied by ``max(1, t / k)``, ``t`` its executed time and
 ``k = 1 / lambda`` the mean time between arrivals seen so far (reconstructed). A job may hold
@@ -20,9 +23,16 @@ bounds: a worker's batch in ``[l / LOCAL_STRETCH, l * LOCAL_STRETCH]`` (ours: me
 global batch at most ``B`` and, once the job has run, within half and twice its current batch
 (bounded learning-rate steps, Figs. 13-14; the limit wins where they conflict).
 
+Throughput at a (GPU count, batch) not measured (ours; §3.2.1 only says throughput is measured
+per GPU): the measured per-GPU throughput closest in per-GPU batch ``m0``, times ``g``, times
+``eff(m) / eff(m0)``, ``eff(m) = m / (alpha + beta m)`` with a worker's step time
+``alpha + beta m`` fitted by NNLS to the job's measured (per-GPU batch, step time) points, or
+to those of every job of its model while it has fewer than two batches measured (1 when
+neither has two: no batch looks better than another).
+
 State (documented, as ``base`` allows): the population, the plan, per-job tracks (limits,
-reports, measured throughputs) and the regressor; randomness only from the generator seeded
-by ``seed``.
+reports, measured throughputs), per-model step times and the regressor; randomness only from
+the generator seeded by ``seed``.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
+from scipy.optimize import nnls
 
 from controller.policy.base import ClusterSnapshot, Decision, JobView
 from controller.policy.ones_deploy import carry_out, held, least
@@ -64,6 +75,8 @@ class Track:
     epoch: int = 0  # epochs finished by the last report
     deployed_epoch: int = -1  # its epoch when the current plan was deployed
     ran: bool = False
+    model: str = ""
+    warmed: bool = False  # its warm-up done (Start rule): a throughput was measured
     executed_s: float = 0.0
     history: list[Status] = field(default_factory=list)
     rates: dict[tuple[int, int], float] = field(default_factory=dict)  # (gpus, batch) -> X
@@ -88,6 +101,7 @@ class OnesPolicy:
         self._rng = np.random.default_rng(seed)
         self.model = ProgressModel(self._rng)
         self.tracks: dict[str, Track] = {}
+        self.steps: dict[str, dict[float, float]] = {}  # model -> per-GPU batch -> step time
         self.population: list[Genome] = []
         self.plan: dict[str, tuple[int, int]] = {}
         self._last_now: float | None = None
@@ -136,7 +150,8 @@ class OnesPolicy:
         """Start rule: the limit fits one GPU at the user's per-GPU batch."""
         scheduled = job.spec.elastic.batch is BatchRule.SCHEDULER and job.spec.batch_size > 0
         local = max(1, job.spec.batch_size // max(1, job.spec.gpus)) if scheduled else 1
-        return Track(local=local, limit=local, batch=job.spec.batch_size if scheduled else 0)
+        batch = job.spec.batch_size if scheduled else 0
+        return Track(local=local, limit=local, batch=batch, model=job.model)
 
     def _report(self, job: JobView, track: Track, now: float, step: float) -> None:
         metrics = job.metrics
@@ -146,8 +161,15 @@ class OnesPolicy:
             track.ran = True
             track.executed_s += step
             if "throughput" in metrics:
+                if not track.warmed and track.batch:  # Start: warm-up done
+                    most = max(job.spec.elastic.max_batch_size, track.local)
+                    track.limit = max(track.limit, min(job.spec.batch_size, most))
+                track.warmed = True
                 rate = metrics["throughput"]
                 track.rates[(held(job), track.batch)] = rate
+                if track.batch and rate > 0 and held(job):  # a worker's step time
+                    local = track.batch / held(job)
+                    self.steps.setdefault(track.model, {})[local] = track.batch / rate
                 track.last_rate = rate
         if "samples" not in metrics:
             return
@@ -179,7 +201,8 @@ class OnesPolicy:
             cap = max(least(job), min(elastic.max_gpus, track.limit // track.local))
         else:
             cap = elastic.max_gpus
-        rates = cache(lambda g, b: self.throughput(track, g, b))
+        shape = self.step_model(track)
+        rates = cache(lambda g, b: self.throughput(track, g, b, shape))
         last = track.last  # a job pausing may show only its loss: its last full report
         status = Status.of(job.metrics) if "samples" in job.metrics or last is None else last
         samples = max(status.samples, status.epoch_size, 1.0)
@@ -200,18 +223,38 @@ class OnesPolicy:
             return local, low_local, high_local, 1, track.limit
         return local, low_local, high_local, track.batch // 2, min(track.limit, 2 * track.batch)
 
-    def throughput(self, track: Track, gpus: int, batch: int) -> float:
+    def step_model(self, track: Track) -> tuple[float, float] | None:
+        """(alpha, beta) of a worker's step time ``alpha + beta m`` at per-GPU batch ``m``:
+        fitted to the job's own points, else its model's (module docstring); None below two
+        distinct batches."""
+        own = {b / g: b / r for (g, b), r in track.rates.items() if b and r > 0}
+        points = own if len(own) >= 2 else self.steps.get(track.model, {}) if track.model else {}
+        if len(points) < 2:
+            return None
+        ms = np.array(sorted(points), dtype=float)
+        ts = np.array([points[m] for m in sorted(points)])
+        (alpha, beta), _ = nnls(np.column_stack([np.ones_like(ms), ms]), ts)
+        return (float(alpha), float(beta)) if alpha > 0 or beta > 0 else None
+
+    def throughput(
+        self, track: Track, gpus: int, batch: int, shape: tuple[float, float] | None = None
+    ) -> float:
         """X_j(g, b): the measured throughput at (g, b); else the measured per-GPU throughput
-        closest in per-GPU batch, times ``g`` (§3.2.1: per-GPU measurements); else the median
-        per-GPU throughput of all jobs measured so far (1 if none)."""
+        closest in per-GPU batch, times ``g`` (§3.2.1: per-GPU measurements) and the step
+        model's efficiency ratio ``shape`` (module docstring); else the median per-GPU
+        throughput of all jobs measured so far (1 if none)."""
         exact = track.rates.get((gpus, batch))
         if exact:
             return exact
         if track.rates:
             local = batch / gpus if batch else 0.0
-            (g0, _), rate = min(
+            (g0, b0), rate = min(
                 track.rates.items(), key=lambda kv: (abs(kv[0][1] / kv[0][0] - local), -kv[0][0])
             )
+            if shape is not None and local and b0:
+                alpha, beta = shape
+                near = b0 / g0
+                rate *= (local / (alpha + beta * local)) / (near / (alpha + beta * near))
             return rate / g0 * gpus
         per_gpu = [r / g for t in self.tracks.values() for (g, _), r in t.rates.items()]
         return float(np.median(per_gpu)) * gpus if per_gpu else float(gpus)

@@ -126,6 +126,18 @@ def test_scale_up_doubles_the_limit_per_finished_epoch_up_to_the_maximum():
     assert policy.tracks["a"].limit == 2048  # x64 would pass max_batch_size
 
 
+def test_start_lifts_the_limit_to_the_users_batch_once_warm_up_measured_a_throughput():
+    policy = OnesPolicy(seed=0)
+    metrics = {"samples": 0.0, "epoch": 0.0, "epoch_size": 100.0, "batch_size": 32.0}
+    policy.decide(_snap(0.0, active=[_running("a", 1, **metrics)]))
+    assert policy.tracks["a"].limit == 32  # no throughput yet: one GPU at 32
+    policy.decide(_snap(10.0, active=[_running("a", 1, **metrics, throughput=50.0)]))
+    assert policy.tracks["a"].limit == 128  # the user's 128 over 4 GPUs
+    done = {**metrics, "epoch": 1.0, "throughput": 50.0}
+    policy.decide(_snap(20.0, active=[_running("a", 1, **done)]))
+    assert policy.tracks["a"].limit == 256  # then doubles per epoch
+
+
 def test_resume_halves_the_limit_of_a_job_passed_over_but_not_below_one_gpu():
     policy = OnesPolicy(seed=0)
     policy.tracks["w"] = Track(local=32, limit=256, batch=128, ran=True)
@@ -155,6 +167,24 @@ def test_the_deployed_plan_carries_the_genomes_batches():
     best = (("a", 40), ("a", 24), None, None)
     policy._deploy(_snap(0.0, active=[_running("a", 2)]), best=best, genes={})
     assert policy.plan == {"a": (2, 64)}
+
+
+def test_throughput_off_the_measured_points_follows_the_fitted_step_time():
+    policy = OnesPolicy()
+    # one GPU at 32: 100 samples/s (a step of 0.32 s); at 64: 160/s (0.4 s), so a worker's step
+    # is 0.24 + 0.0025 m s and eff(m) = m / (0.24 + 0.0025 m): eff(32) = 100, eff(48) = 133.3
+    track = Track(local=32, limit=512, batch=64, rates={(1, 32): 100.0, (1, 64): 160.0})
+    shape = policy.step_model(track)
+    assert shape == pytest.approx((0.24, 0.0025))
+    assert policy.throughput(track, 1, 64, shape) == 160.0  # measured
+    # 48 per GPU: the closest measured (a tie: the first, 32) x 133.3 / 100, on 2 GPUs
+    assert policy.throughput(track, 2, 96, shape) == pytest.approx(2 * 100 * 4 / 3)
+    assert policy.throughput(track, 2, 96) == pytest.approx(200.0)  # no step model: flat
+    # one batch of its own measured: its model's points (another job's) give the shape
+    policy.steps["m"] = {32.0: 0.32, 64.0: 0.4}
+    alone = Track(local=32, limit=512, batch=32, model="m", rates={(1, 32): 50.0})
+    assert policy.step_model(alone) == pytest.approx((0.24, 0.0025))
+    assert policy.step_model(Track(local=32, limit=32, batch=32, model="x")) is None
 
 
 def test_scale_down_penalty_grows_with_executed_time_over_the_mean_interarrival():
