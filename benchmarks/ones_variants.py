@@ -100,6 +100,14 @@ def breakdown(record: JobRecord, timeline: list[tuple[float, int, int]]) -> dict
     return out
 
 
+def busy(samples: list[tuple[float, int]], start: float, end: float) -> float:
+    """Time-weighted mean of the busy-GPU step function over [start, end]."""
+    total = 0.0
+    for (t0, n), (t1, _) in itertools.pairwise([*samples, (end, 0)]):
+        total += n * max(0.0, min(t1, end) - max(t0, start))
+    return total / (end - start) if end > start else 0.0
+
+
 def run(jobs, name: str, gpus: int, pause: str, no_gate: bool, seed: int) -> str:
     costs = {}
     if pause != "measured":
@@ -119,14 +127,18 @@ def run(jobs, name: str, gpus: int, pause: str, no_gate: bool, seed: int) -> str
     mean = {k: sum(p[k] for p in parts) / n for k in parts[0]} if parts else {}
     jct = sum(r.jct_s for r in done) / n
     wait = sum(r.queue_s for r in done) / n
+    deployed = f", {policy.deployments} deployments" if isinstance(policy, OnesPolicy) else ""
     refused = result.refused_launches + result.refused_resizes
+    first = min(j.submit_s for j in jobs)
+    last = max((r.end_s for r in done), default=first)
     return (
         f"{pause:>8s} {name:9s} {jct:6.0f} {wait:6.0f} {jct - wait:6.0f} "
         f"{mean.get('train', 0):6.0f} {mean.get('held', 0):5.0f} {mean.get('out', 0):5.0f} "
         f"{mean.get('gpus', 0):5.2f} {mean.get('x', 0):5.2f} {mean.get('e', 0):5.2f} "
         f"{sum(r.gpu_s for r in done) / n:7.0f} {sum(r.resizes for r in done) / n:5.2f} "
-        f"{sum(r.suspensions for r in done) / n:5.2f}  ({len(done)}/{len(jobs)} done, "
-        f"{refused} refused)"
+        f"{sum(r.suspensions for r in done) / n:5.2f} "
+        f"{busy(result.utilization, first, last):5.1f}  ({len(done)}/{len(jobs)} done, "
+        f"{refused} refused{deployed})"
     )
 
 
@@ -144,7 +156,7 @@ def main() -> None:
     print(f"{len(jobs)} jobs, {args.gpus} GPUs, {args.trace.name}")
     print(
         "   pause policy       JCT  first  after  train  held   out  gpus  X/X0  E0/E"
-        "   gpu_s  rsz/j  susp/j"
+        "   gpu_s  rsz/j susp/j busy"
     )
     for pause in args.pauses.split(","):
         for name in args.policy.split(","):

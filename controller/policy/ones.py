@@ -104,6 +104,7 @@ class OnesPolicy:
         self.steps: dict[str, dict[float, float]] = {}  # model -> per-GPU batch -> step time
         self.population: list[Genome] = []
         self.plan: dict[str, tuple[int, int]] = {}
+        self.deployments = 0  # schedules deployed (§3.2.2 Update), for diagnostics
         self._last_now: float | None = None
         self._arrivals: list[float] = []
 
@@ -330,6 +331,7 @@ class OnesPolicy:
     def _deploy(self, snapshot: ClusterSnapshot, best: Genome, genes: dict[str, Gene]) -> None:
         chosen, batch = counts(best), batches(best)
         self.plan = {}
+        self.deployments += 1
         for job_id, gpus in chosen.items():
             track = self.tracks[job_id]
             self.plan[job_id] = (gpus, batch[job_id] if track.batch else 0)
