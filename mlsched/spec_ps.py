@@ -1,0 +1,117 @@
+"""The ``ps`` section of a job spec (issue 16): a job in the parameter-server architecture,
+whose worker and PS counts the scheduler chooses. Every problem names its field.
+
+Example::
+
+    ps:
+      workers: {min: 1, max: 8}
+      servers: {min: 1, max: 4}
+      worker: {gpus: 1, cpus: 2, memory_gb: 8}    # per worker (Chic §6.1, ResNet-50)
+      server: {gpus: 0, cpus: 3, memory_gb: 9}    # per PS
+
+Rules: ``1 <= min <= max <= 1024`` for both roles; every resource a number ``>= 0``; a worker
+needs at least one GPU or CPU. Not yet read by ``mlsched.jobspec``: the simulator's PS jobs
+(``simulator.ps``) carry the same fields (docs/chic.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mlsched.spec_section import open_section
+
+PS_FIELDS = ("workers", "servers", "worker", "server")
+RANGE_FIELDS = ("min", "max")
+RESOURCE_FIELDS = ("gpus", "cpus", "memory_gb")
+MAX_TASKS = 1024
+
+
+@dataclass(frozen=True)
+class RoleResources:
+    gpus: float = 0.0
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+
+    def vector(self) -> tuple[float, float, float]:
+        """(GPUs, CPU cores, GB memory), the order of ``simulator.ps.Resources``."""
+        return (self.gpus, self.cpus, self.memory_gb)
+
+
+@dataclass(frozen=True)
+class PsSpec:
+    min_workers: int = 0  # 0: not a PS job
+    max_workers: int = 0
+    min_servers: int = 0
+    max_servers: int = 0
+    worker: RoleResources = RoleResources()
+    server: RoleResources = RoleResources()
+
+    @property
+    def enabled(self) -> bool:
+        return self.min_workers > 0
+
+
+def parse_ps(value: Any, problems: list[str]) -> PsSpec:
+    """The validated section (``PsSpec()`` when absent or wrong, the problems appended)."""
+    before = len(problems)
+    value = open_section("ps", value, PS_FIELDS, problems)
+    if value is None:
+        return PsSpec()
+    workers = _range(value.get("workers"), "ps.workers", problems)
+    servers = _range(value.get("servers"), "ps.servers", problems)
+    worker = _resources(value.get("worker"), "ps.worker", problems)
+    server = _resources(value.get("server"), "ps.server", problems)
+    if worker is not None and worker.gpus == 0 and worker.cpus == 0:
+        problems.append("ps.worker: needs gpus or cpus above 0")
+    if len(problems) > before or None in (workers, servers, worker, server):
+        return PsSpec()
+    assert workers and servers and worker and server
+    return PsSpec(*workers, *servers, worker, server)
+
+
+def ps_to_dict(spec: PsSpec) -> dict[str, Any]:
+    """The YAML form, every field spelled out."""
+    return {
+        "workers": {"min": spec.min_workers, "max": spec.max_workers},
+        "servers": {"min": spec.min_servers, "max": spec.max_servers},
+        "worker": dict(zip(RESOURCE_FIELDS, spec.worker.vector(), strict=True)),
+        "server": dict(zip(RESOURCE_FIELDS, spec.server.vector(), strict=True)),
+    }
+
+
+def _range(value: Any, name: str, problems: list[str]) -> tuple[int, int] | None:
+    if value is None:
+        problems.append(f"{name}: required")
+        return None
+    section = open_section(name, value, RANGE_FIELDS, problems)
+    if section is None:
+        return None
+    bounds = []
+    for key in RANGE_FIELDS:
+        raw = section.get(key)
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_TASKS:
+            problems.append(f"{name}.{key}: an integer between 1 and {MAX_TASKS}, got {raw!r}")
+            return None
+        bounds.append(raw)
+    if bounds[0] > bounds[1]:
+        problems.append(f"{name}.min ({bounds[0]}) must not exceed {name}.max ({bounds[1]})")
+        return None
+    return bounds[0], bounds[1]
+
+
+def _resources(value: Any, name: str, problems: list[str]) -> RoleResources | None:
+    if value is None:
+        problems.append(f"{name}: required")
+        return None
+    section = open_section(name, value, RESOURCE_FIELDS, problems)
+    if section is None:
+        return None
+    amounts: dict[str, float] = {}
+    for key in RESOURCE_FIELDS:
+        raw = section.get(key, 0)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not raw >= 0:
+            problems.append(f"{name}.{key}: a number >= 0, got {raw!r}")
+            return None
+        amounts[key] = float(raw)
+    return RoleResources(**amounts)
