@@ -153,15 +153,17 @@ class AgentEvents:
     def heartbeat(
         self, node_id: str, metrics: NodeMetrics | None = None, load: NodeLoad | None = None
     ) -> None:
-        with self.state.lock:
-            node = self.state.nodes.get(node_id)
-            if node is None:
-                return
-            node.last_seen = self.state.clock.now()
-            if metrics is not None:
-                node.metrics = metrics
-            if load is not None:
-                node.load = load
+        """Without the state lock (issue 12: a heartbeat waited for it behind every other
+        report, bench_control_plane.py): three reference assignments on the node, each atomic;
+        a cycle sees the old or the new value of each, as it would have before or after."""
+        node = self.state.nodes.get(node_id)
+        if node is None:
+            return
+        node.last_seen = self.state.clock.now()
+        if metrics is not None:
+            node.metrics = metrics
+        if load is not None:
+            node.load = load
 
     def migration_requested(self, node_id: str, request: MigrationRequest) -> bool:
         """A node agent asks to move a task off its overloaded server; True when the job was
