@@ -334,10 +334,14 @@ def test_an_insecure_controller_still_refuses_an_oversized_claimed_name(tmp_path
     )
     controller = Controller(config, clock=ManualClock())
     controller.start()
+    refused = {Code.UNAUTHENTICATED}
+    # 8,000 characters are past gRPC's soft metadata limit (8 KiB), where gRPC itself refuses
+    # some calls (RESOURCE_EXHAUSTED) before the controller sees them: refused either way.
+    cases = (("x" * 65, refused), ("x" * 8000, refused | {Code.RESOURCE_EXHAUSTED}))
     try:
         with grpc.insecure_channel(controller.address) as channel:
             stub = jobs_pb2_grpc.JobServiceStub(channel)
-            for name, code in (("x" * 8000, Code.UNAUTHENTICATED), ("alice", Code.OK)):
+            for name, codes in (*cases, ("alice", {Code.OK})):
                 try:
                     stub.ListJobs(
                         jobs_pb2.ListJobsRequest(),
@@ -347,7 +351,7 @@ def test_an_insecure_controller_still_refuses_an_oversized_claimed_name(tmp_path
                     got = Code.OK
                 except grpc.RpcError as exc:
                     got = exc.code()
-                assert got == code, name[:10]
+                assert got in codes, (len(name), got)
     finally:
         controller.stop(grace_s=0.5)
 
