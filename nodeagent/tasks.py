@@ -36,6 +36,7 @@ from nodeagent.model import (
     TrainerCommand,
 )
 from nodeagent.paths import AgentPaths, is_safe_component
+from nodeagent.peercheck import in_session
 from nodeagent.progress import ProgressRelay
 from nodeagent.records import RecordStore, TaskRecord
 from nodeagent.selffence import ShimFence
@@ -483,8 +484,12 @@ class TaskManager:
 
     # ------------------------------------------------------- trainer sessions
 
-    def authenticate(self, task_id: str, token: str) -> tuple[TaskRef, TrainerChannel]:
-        """Check a trainer's credentials; raises TrainerAuthError unless it is a running attempt."""
+    def authenticate(
+        self, task_id: str, token: str, peer_pids: set[int] | None = None
+    ) -> tuple[TaskRef, TrainerChannel]:
+        """Check a trainer's credentials; raises TrainerAuthError unless it is a running attempt
+        and, given ``peer_pids`` (the processes holding the connection), one of them is in the
+        task's own session: a token read by another job opens nothing (nodeagent/peercheck.py)."""
         try:
             ref = TaskRef.parse(task_id)
         except ValueError as exc:
@@ -495,6 +500,10 @@ class TaskManager:
                 raise TrainerAuthError(f"task {task_id} is not running on this node")
             if not token or not hmac.compare_digest(token.encode(), task.record.token.encode()):
                 raise TrainerAuthError(f"wrong token for task {task_id}")
+            if peer_pids is not None and not in_session(peer_pids, task.record.pid):
+                raise TrainerAuthError(
+                    f"the connecting process {sorted(peer_pids)} is not one of task {task_id}'s"
+                )
             return ref, task.channel
 
     def on_progress(self, ref: TaskRef, progress: ProgressInfo) -> None:
