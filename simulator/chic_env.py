@@ -96,6 +96,27 @@ def greedy(net: ArrayNet) -> Chooser:
     return choose
 
 
+def marginal_gain(state: np.ndarray, phase: Phase) -> int:
+    """A teacher for the warm start (ours, ``chic-train --imitate``): the carried-out action
+    that lowers a job's remaining time ``s^B g`` the most (giving a job its missing role first),
+    the void action when none does."""
+    best, choice = 0.0, phase.void
+    for action in range(phase.void):
+        if not phase.valid(action):
+            continue
+        i, w, p = phase.delta(action)  # type: ignore[misc]
+        job = phase.jobs[i]
+        now = job.time(phase.workers[i], phase.servers[i])
+        new = job.time(phase.workers[i] + w, phase.servers[i] + p)
+        if math.isinf(now):
+            gain = 2e12 if not math.isinf(new) else 1e12
+        else:
+            gain = job.remaining * (now - new)
+        if gain > best:
+            best, choice = gain, action
+    return choice
+
+
 def run_chic(
     jobs: Sequence[ChicJob],
     choose: Chooser,

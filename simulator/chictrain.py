@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from controller.policy.chic.network import DEFAULT_MODELS, ArrayNet, build_torch
 from controller.policy.chic.phase import KINDS, n_actions, state_size
-from simulator.chic_env import Episode, greedy, run_chic, sampler, uniform
+from simulator.chic_env import Episode, greedy, marginal_gain, run_chic, sampler, uniform
 from simulator.chic_workload import ChicJob, sequences
 
 
@@ -35,7 +35,7 @@ class CemConfig:
     rho: float = 0.3  # elite fraction: ξ_k = R_(⌊(1 - rho) N⌋)
     lr: float = 0.01  # Adam (§5)
     smoothing: float = 0.7  # alpha of line 11 (ours; the paper gives none apart from Adam's)
-    fit_steps: int = 20  # Adam steps per θ̂_k (ours)
+    fit_steps: int = 150  # Adam steps per θ̂_k (ours)
     validate_every: int = 2  # §5
     rate: float = 1.8  # arrivals per hour (§6.2.1)
     jobs: int = 30  # W (§6.1)
@@ -44,6 +44,8 @@ class CemConfig:
     train_seed: int = 1
     validation_seed: int = 2
     seed: int = 0
+    imitate: int = 0  # ours: warm-start episodes of the marginal-gain teacher (0: paper's init)
+    imitate_steps: int = 300
 
 
 def elite_threshold(returns: Sequence[float], rho: float, n: int) -> float:
@@ -86,10 +88,13 @@ def evaluate(net: ArrayNet, seqs: Sequence[Sequence[ChicJob]], kind: str, slots:
     return float(np.mean([run_chic(s, greedy(net), kind, slots, record=False).act_s for s in seqs]))
 
 
-def train(cfg: CemConfig, progress: bool = False) -> tuple[ArrayNet, list[dict]]:
+def train(
+    cfg: CemConfig, progress: bool = False, on_row: Callable[[dict], None] | None = None
+) -> tuple[ArrayNet, list[dict]]:
     """Algorithm 1; returns the best validated policy and one log row per iteration."""
     import torch
 
+    torch.set_num_threads(1)  # small batches: threads only contend
     rng = np.random.default_rng(cfg.seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
@@ -97,6 +102,12 @@ def train(cfg: CemConfig, progress: bool = False) -> tuple[ArrayNet, list[dict]]
     module.eval()
     train_set = sequences(cfg.rate, cfg.train_sequences, cfg.jobs, cfg.train_seed)
     valid_set = sequences(cfg.rate, cfg.validation_sequences, cfg.jobs, cfg.validation_seed)
+    if cfg.imitate:
+        teacher = [
+            run_chic(train_set[rng.integers(len(train_set))], marginal_gain, cfg.kind, cfg.slots)
+            for _ in range(cfg.imitate)
+        ]
+        fit_elite(module, teacher, replace(cfg, fit_steps=cfg.imitate_steps), rng)
     best: tuple[float, ArrayNet] | None = None
     log: list[dict] = []
     steps = range(1, cfg.iterations + 1)
@@ -104,6 +115,12 @@ def train(cfg: CemConfig, progress: bool = False) -> tuple[ArrayNet, list[dict]]
         from tqdm import tqdm
 
         steps = tqdm(steps, desc=f"chic-train {cfg.kind}", file=sys.stderr)
+    if cfg.imitate:
+        net = ArrayNet.from_torch(module, cfg.kind, cfg.slots)
+        best = (evaluate(net, valid_set, cfg.kind, cfg.slots), net)
+        log.append({"iteration": 0, "validation_act_s": best[0]})
+        if on_row:
+            on_row(log[-1])
     for k in steps:
         net = ArrayNet.from_torch(module, cfg.kind, cfg.slots)
         episodes = [
@@ -136,6 +153,8 @@ def train(cfg: CemConfig, progress: bool = False) -> tuple[ArrayNet, list[dict]]
             if best is None or row["validation_act_s"] < best[0]:
                 best = (row["validation_act_s"], net)
         log.append(row)
+        if on_row:
+            on_row(row)
     assert best is not None
     return best[1], log
 
@@ -156,6 +175,8 @@ def add_chic_train_command(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=Path, help="model file [the shipped one of --kind]")
     for name in (
+        "imitate",
+        "imitate_steps",
         "slots",
         "iterations",
         "trajectories",
@@ -183,21 +204,24 @@ def run_chic_train(args: argparse.Namespace) -> int:
 
     fields = {k: getattr(args, k) for k in asdict(CemConfig())}
     cfg = CemConfig(**fields)
-    net, log = train(cfg, progress=sys.stderr.isatty())
+    net, log = train(cfg, progress=sys.stderr.isatty(), on_row=_print_row)
     out = args.out or DEFAULT_MODELS[cfg.kind]
     net.save(out, config=json.dumps(asdict(cfg)))
-    for row in log:
-        if "validation_act_s" in row:
-            print(
-                f"iteration {row['iteration']}: xi {row['xi']:.1f} mean return "
-                f"{row['mean_return']:.1f} validation ACT {row['validation_act_s']:.0f} s"
-            )
     print(f"wrote {out}")
     if args.history:
         args.history.write_text(json.dumps(log, indent=1))
     if args.plot:
         _plot(log, args.plot)
     return 0
+
+
+def _print_row(row: dict) -> None:
+    text = f"iteration {row['iteration']}:"
+    if "xi" in row:
+        text += f" xi {row['xi']:.1f} mean return {row['mean_return']:.1f} elite {row['elite']}"
+    if "validation_act_s" in row:
+        text += f" validation ACT {row['validation_act_s']:.0f} s"
+    print(text, flush=True)
 
 
 def _plot(log: list[dict], path: Path) -> None:
@@ -210,9 +234,10 @@ def _plot(log: list[dict], path: Path) -> None:
         print("matplotlib is not installed: no plot", file=sys.stderr)
         return
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
-    it = [r["iteration"] for r in log]
-    a.plot(it, [r["xi"] for r in log], label="ξ_k")
-    a.plot(it, [r["mean_return"] for r in log], label="mean R")
+    rows = [r for r in log if "xi" in r]
+    it = [r["iteration"] for r in rows]
+    a.plot(it, [r["xi"] for r in rows], label="xi_k")
+    a.plot(it, [r["mean_return"] for r in rows], label="mean R")
     a.set_xlabel("iteration")
     a.legend()
     val = [(r["iteration"], r["validation_act_s"]) for r in log if "validation_act_s" in r]
