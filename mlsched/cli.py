@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     from controller.cli import add_controller_command
     from mlsched import __version__
     from nodeagent.cli import add_agent_command
+    from simulator.chic_cli import add_chic_simulate_command
+    from simulator.chictrain import add_chic_train_command
     from simulator.cli import add_simulate_command
     from simulator.rltrain import add_train_command
     from simulator.sweep import add_sweep_command
@@ -203,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_simulate_command(sub)
     add_sweep_command(sub)
     add_train_command(sub)
+    add_chic_train_command(sub)
+    add_chic_simulate_command(sub)
 
     p = sub.add_parser("submit", help="submit a job from a YAML spec")
     p.add_argument("file", help="job spec (YAML)")

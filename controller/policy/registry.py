@@ -87,6 +87,7 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "fair": _Fair,
     "ones": _Ones,  # ONES (Bian et al.; docs/ones.md): evolutionary batch-size search
     "optimus": _Optimus,  # Optimus as ONES used it: greedy marginal gain every 10 minutes
+    "chic-ar": lambda: _chic_ar(),  # Chic (docs/chic.md) on all-reduce jobs, as ONES adapted it
     "mlf-h": MlfhPolicy,  # MLFS §3.3, without MLF-C
     # MLF-RL (MLFS §3.4) with the shipped model; MLFS = MLF-RL with MLF-C (§3.5)
     "mlf-rl": lambda: _mlf_rl(load_control=False, name="mlf-rl"),
@@ -112,6 +113,15 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     # The limit: true durations and speeds known at submission (simulator only, issue 9)
     "oracle": lambda: _UniSched(UniSchedConfig(oracle=True, profiling=False), "oracle"),
 }
+
+
+def _chic_ar() -> Policy:
+    from controller.policy.chic.ar import ChicArPolicy
+
+    class _ChicAr(AnswersOverloadRequests, ChicArPolicy):
+        pass
+
+    return _ChicAr()
 
 
 def _mlf_rl(load_control: bool, name: str) -> Policy:
