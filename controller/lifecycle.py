@@ -261,6 +261,8 @@ def unavailable(
         gpus = set(p.gpu_indices)
         if p.node_id not in schedulable:
             return f"node {p.node_id} is not connected"
+        if not state.nodes[p.node_id].accepts_new_tasks:
+            return f"node {p.node_id}'s state disk is full"
         if not gpus <= schedulable[p.node_id]:
             return f"{p.node_id} has no GPU {sorted(gpus - schedulable[p.node_id])}"
         if gpus & taken.get(p.node_id, set()):

@@ -77,6 +77,7 @@ class Scheduler:
         self._disconnect = disconnect
         self.last_decision_s = 0.0
         self._stops = StopOrders()
+        self._disk_full: set[str] = set()  # nodes last reported with a full state disk
         self.priorities = PrioritySender()
 
     def run_cycle(self) -> Decision:
@@ -86,6 +87,7 @@ class Scheduler:
         with state.lock:
             with state.holding_commands():
                 self.check_liveness()
+                self.note_full_disks()
                 lifecycle.resume_pending_migrations(state)
                 retention.archive_finished(state)
             snapshot = build_snapshot(state)
@@ -96,6 +98,27 @@ class Scheduler:
             self.apply(snapshot, decision)
         state.store.flush()
         return decision
+
+    def note_full_disks(self) -> None:
+        """An event when a node's agent starts or stops reporting its state disk full (it gets
+        no new tasks meanwhile: ``Node.accepts_new_tasks``)."""
+        state = self.state
+        for node in state.nodes.values():
+            full = not node.accepts_new_tasks
+            if full == (node.id in self._disk_full):
+                continue
+            if full:
+                self._disk_full.add(node.id)
+                free = node.metrics.state_disk_free_bytes if node.metrics is not None else 0
+                state.emit(
+                    "node_disk_full",
+                    f"the agent's state disk is full ({free} bytes free): no new tasks here,"
+                    " running ones go on",
+                    node_id=node.id,
+                )
+            else:
+                self._disk_full.discard(node.id)
+                state.emit("node_disk_ok", "the agent's state disk has room again", node_id=node.id)
 
     def check_liveness(self) -> None:
         """Declare nodes dead after the heartbeat timeout; their tasks are lost."""
@@ -203,7 +226,11 @@ class Scheduler:
         busy = state.busy_gpus()
         for node_id, gpus in lifecycle.reserved_gpus(state).items():
             busy.setdefault(node_id, set()).update(gpus)
-        schedulable = {n.id: {g.index for g in n.gpus} for n in state.schedulable_nodes()}
+        schedulable = {
+            n.id: {g.index for g in n.gpus}
+            for n in state.schedulable_nodes()
+            if n.accepts_new_tasks  # not on a full state disk
+        }
         for p in placement:
             gpus = set(p.gpu_indices)
             if (

@@ -97,7 +97,9 @@ def build_snapshot(state: ControllerState) -> ClusterSnapshot:
         NodeView(
             id=n.id,
             gpu_indices=tuple(g.index for g in n.gpus),
-            free_gpu_indices=tuple(g.index for g in n.gpus if g.index not in busy.get(n.id, ())),
+            free_gpu_indices=()
+            if not n.accepts_new_tasks
+            else tuple(g.index for g in n.gpus if g.index not in busy.get(n.id, ())),
             utilization=dict(n.load.utilization) if n.load is not None else {},
             gpu_utilization=dict(n.load.gpu_utilization) if n.load is not None else {},
         )

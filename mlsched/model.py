@@ -313,6 +313,8 @@ class NodeMetrics:
     net_rx_bytes_per_s: float
     net_tx_bytes_per_s: float
     gpus: tuple[GpuMetrics, ...] = ()
+    state_disk_free_bytes: int = 0
+    state_disk_full: bool = False  # the agent's state disk is under its reserve: no new tasks
 
 
 @dataclass(frozen=True)
@@ -338,6 +340,12 @@ class Node:
     last_seen: float
     metrics: NodeMetrics | None = None
     load: NodeLoad | None = None  # the agent's latest load report (not persisted)
+
+    @property
+    def accepts_new_tasks(self) -> bool:
+        """False while the agent reports its state disk full (under its reserve): no new tasks
+        go there, its running ones go on (issue 11: a full disk degrades service)."""
+        return self.metrics is None or not self.metrics.state_disk_full
 
 
 @dataclass(frozen=True)

@@ -380,6 +380,8 @@ def node_metrics_from_proto(msg: pb.NodeMetrics) -> NodeMetrics:
             )
             for g in msg.gpus
         ),
+        state_disk_free_bytes=msg.state_disk_free_bytes,
+        state_disk_full=msg.state_disk_full,
     )
 
 
@@ -401,6 +403,8 @@ def node_metrics_to_proto(m: NodeMetrics) -> pb.NodeMetrics:
             )
             for g in m.gpus
         ],
+        state_disk_free_bytes=m.state_disk_free_bytes,
+        state_disk_full=m.state_disk_full,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import threading
 from collections.abc import Mapping
@@ -141,7 +142,12 @@ class NodeAgent:
                 verify_peer=cfg.verify_trainer_peer,
             )
             self._tasks.set_trainer_address(self._trainer.start())
-            self._node_sampler = NodeMetricsSampler(self._gpus, self._clock)
+            self._node_sampler = NodeMetricsSampler(
+                self._gpus,
+                self._clock,
+                disk_free=lambda: shutil.disk_usage(paths.state_dir).free,
+                min_free_disk_bytes=cfg.min_free_disk_bytes,
+            )
             self._task_sampler = TaskMetricsSampler(self._gpus, self._clock)
             self._capacity = machine_capacity(
                 cfg.cpu_capacity, cfg.memory_capacity, cfg.bandwidth_capacity

@@ -105,6 +105,15 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         " much longer than twice the grace before SIGKILL (default: 30)",
     )
     parser.add_argument(
+        "--min-free-disk",
+        dest="agent_min_free_disk",
+        type=_byte_count,
+        default=64 * 1024 * 1024,
+        metavar="BYTES",
+        help="with less free space on the state disk, take no new tasks (running ones go on;"
+        " default: 67108864, 64 MiB)",
+    )
+    parser.add_argument(
         "--trainer-listen",
         dest="agent_trainer_listen",
         default="127.0.0.1:0",
@@ -250,6 +259,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         metrics_interval_s=args.agent_metrics_interval,
         suspend_grace_s=args.agent_suspend_grace,
         suspend_save_extension_s=args.agent_suspend_save_extension,
+        min_free_disk_bytes=args.agent_min_free_disk,
         trainer_listen=args.agent_trainer_listen,
         cpu_capacity=args.agent_cpu_capacity,
         memory_capacity=args.agent_memory_capacity,

@@ -73,6 +73,9 @@ class AgentConfig:
             fallen to this share or less (hysteresis); in [0, h_r]. None: h_r - 0.1.
         verify_trainer_peer: accept a trainer session only from a process of the task it names
             (its own session; nodeagent/peercheck.py), not from anyone holding its token.
+        min_free_disk_bytes: with less free space than this on the state disk, the agent tells
+            the controller its disk is full and is given no new tasks (issue 11: a full disk
+            degrades service; running tasks go on).
     """
 
     controller: str
@@ -103,6 +106,7 @@ class AgentConfig:
     overload_clear_threshold: float | None = None
     self_fence_after_s: float = 30.0
     verify_trainer_peer: bool = True
+    min_free_disk_bytes: int = 64 * 1024 * 1024
 
     def validate(self) -> None:
         """Raise ConfigError when a setting is unusable."""
@@ -142,6 +146,8 @@ class AgentConfig:
             raise ConfigError("overload_threshold (h_r) must be in (0, 1]")
         if not 0 < self.migration_share <= 1:
             raise ConfigError("migration_share (p_s) must be in (0, 1]")
+        if self.min_free_disk_bytes < 0:
+            raise ConfigError("min_free_disk_bytes must be >= 0")
         if self.overload_samples < 1:
             raise ConfigError("overload_samples must be >= 1")
         if not self.migration_cooldown_s >= 0:

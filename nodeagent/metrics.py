@@ -62,8 +62,12 @@ class NodeMetricsSampler:
         net_counters: Callable[[], tuple[int, int]] = read_net_counters,
         memory: Callable[[], tuple[int, int]] = read_memory,
         cpu_percent: Callable[[], float] = read_cpu_percent,
+        disk_free: Callable[[], int] | None = None,
+        min_free_disk_bytes: int = 0,
     ) -> None:
         self._gpus = gpus
+        self._disk_free = disk_free  # free bytes on the state disk; None: not measured
+        self._min_free_disk = min_free_disk_bytes
         self._clock = clock or SystemClock()
         self._net_counters = net_counters
         self._memory = memory
@@ -82,6 +86,7 @@ class NodeMetricsSampler:
             tx_rate = counter_rate(last_tx, tx, now - then)
         self._last_net = (now, rx, tx)
         used, total = self._memory()
+        free, full = self._state_disk()
         return NodeMetrics(
             time=self._clock.time(),
             cpu_percent=self._cpu_percent(),
@@ -90,7 +95,21 @@ class NodeMetricsSampler:
             net_rx_bytes_per_s=rx_rate,
             net_tx_bytes_per_s=tx_rate,
             gpus=tuple(self._gpus.metrics(busy_gpus)),
+            state_disk_free_bytes=free,
+            state_disk_full=full,
         )
+
+    def _state_disk(self) -> tuple[int, bool]:
+        """Free bytes on the state disk and whether they are under the reserve (an unreadable
+        disk counts as full: the agent could not record a new task there)."""
+        if self._disk_free is None:
+            return 0, False
+        try:
+            free = max(int(self._disk_free()), 0)
+        except OSError as exc:
+            log.warning("cannot read the state disk's free space: %s", exc)
+            return 0, True
+        return free, free < self._min_free_disk
 
 
 @dataclass(frozen=True)

@@ -350,7 +350,7 @@ class GpuMetrics(_message.Message):
     def __init__(self, index: _Optional[int] = ..., utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., virtual: _Optional[bool] = ...) -> None: ...
 
 class NodeMetrics(_message.Message):
-    __slots__ = ("time", "cpu_percent", "memory_used_bytes", "memory_total_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s", "gpus")
+    __slots__ = ("time", "cpu_percent", "memory_used_bytes", "memory_total_bytes", "net_rx_bytes_per_s", "net_tx_bytes_per_s", "gpus", "state_disk_free_bytes", "state_disk_full")
     TIME_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
     MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -358,6 +358,8 @@ class NodeMetrics(_message.Message):
     NET_RX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     NET_TX_BYTES_PER_S_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
+    STATE_DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STATE_DISK_FULL_FIELD_NUMBER: _ClassVar[int]
     time: float
     cpu_percent: float
     memory_used_bytes: int
@@ -365,7 +367,9 @@ class NodeMetrics(_message.Message):
     net_rx_bytes_per_s: float
     net_tx_bytes_per_s: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuMetrics]
-    def __init__(self, time: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuMetrics, _Mapping]]] = ...) -> None: ...
+    state_disk_free_bytes: int
+    state_disk_full: bool
+    def __init__(self, time: _Optional[float] = ..., cpu_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., net_rx_bytes_per_s: _Optional[float] = ..., net_tx_bytes_per_s: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuMetrics, _Mapping]]] = ..., state_disk_free_bytes: _Optional[int] = ..., state_disk_full: _Optional[bool] = ...) -> None: ...
 
 class TaskMetrics(_message.Message):
     __slots__ = ("job_id", "rank", "attempt", "cpu_percent", "memory_rss_bytes", "gpu_memory_bytes", "net_bytes_per_s")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from controller import lifecycle
 from controller.placement import TaskPlacement
 from controller.snapshot import build_snapshot
-from mlsched.model import JobState, Progress, SpeedSample, TaskState
+from mlsched.model import JobState, NodeMetrics, Progress, SpeedSample, TaskState
 
 T0 = 1_000.0
 
@@ -113,3 +113,36 @@ def test_views_carry_the_observations_for_the_estimator(cluster):
     assert view.sr_overhead_s == 4.5
     blank = views[fresh.id]
     assert (blank.speed_samples, blank.metric_history, blank.sr_overhead_s) == ((), (), None)
+
+
+def _report_disk(c, node_id: str, full: bool) -> None:
+    metrics = NodeMetrics(T0, 0.0, 1, 2, 0.0, 0.0, (), 0 if full else 1 << 30, full)
+    c.events.heartbeat(node_id, metrics)
+
+
+def test_a_node_with_a_full_state_disk_shows_no_free_gpus_and_takes_no_launch(cluster):
+    c = cluster
+    c.add_node("n1", 2)
+    c.add_node("n2", 2)
+    _report_disk(c, "n1", full=True)
+    assert [(n.id, n.free_gpu_indices) for n in snap(c).nodes] == [("n1", ()), ("n2", (0, 1))]
+    job = c.submit(gpus=2)
+    c.cycle()
+    assert [t.node_id for t in c.state.tasks[job.id]] == ["n2", "n2"]  # a task per GPU
+    with c.state.lock:
+        why = lifecycle.unavailable(c.state, (TaskPlacement(0, "n1", (0,)),), "other")
+    assert why == "node n1's state disk is full"
+    _report_disk(c, "n1", full=False)
+    assert [(n.id, n.free_gpu_indices) for n in snap(c).nodes] == [("n1", (0, 1)), ("n2", ())]
+
+
+def test_full_and_roomy_state_disks_are_events_once_each(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    _report_disk(c, "n1", full=True)
+    c.cycle()
+    c.cycle()
+    _report_disk(c, "n1", full=False)
+    c.cycle()
+    kinds = [e.kind for e in c.store.events_after(0) if e.kind.startswith("node_disk")]
+    assert kinds == ["node_disk_full", "node_disk_ok"]

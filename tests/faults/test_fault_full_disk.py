@@ -92,3 +92,61 @@ def test_a_full_state_disk_refuses_submits_and_running_jobs_go_on(small_disk: Pa
     assert names == {"running", "accepted"}  # the refused submit left nothing behind
     for job in (running, accepted):
         assert terminal_states(events, job.id) == ["CANCELLED"]
+
+
+@pytest.fixture
+def small_agent_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs for node-a's agent state (skipped where mounting is not permitted)."""
+    mount = tmp_path / "cluster" / "node-a"
+    mount.mkdir(parents=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_agent_disk_gets_no_new_tasks_until_it_has_room(small_agent_disk: Path) -> None:
+    """node-a's agent reports its state disk under its reserve (1 MiB of 4): the controller
+    sends new work to node-b only, and to node-a again once the disk has room."""
+    cluster = LocalCluster(small_agent_disk.parent, TIMING, insecure=True)
+    try:
+        cluster.start_controller()
+        for node_id in ("node-a", "node-b"):
+            flags = [*AGENT_FLAGS, "--min-free-disk", str(1 << 20)]
+            cluster.start_agent(node_id, gpus=1, extra=flags)
+        cluster.wait_for_nodes({"node-a", "node-b"})
+        filler = _fill(small_agent_disk)
+        full = cluster.wait_for_event(
+            lambda e: e.kind == "node_disk_full" and e.node_id == "node-a", 60
+        )
+        with cluster.client("alice") as client:
+            first = client.submit(spec("first"))
+            wait_job(cluster, client, first.id, lambda j: j.state is JobState.RUNNING)
+            second = client.submit(spec("second"))
+            _, first_tasks = client.get(first.id)
+            # node-a's GPU is free, but its disk is full: only node-b took work.
+            assert [t.node_id for t in first_tasks] == ["node-b"]
+            assert client.get(second.id)[0].state is JobState.PENDING
+            filler.unlink()
+            cluster.wait_for_event(
+                lambda e: e.kind == "node_disk_ok" and e.node_id == "node-a", 60, full.seq
+            )
+            wait_job(cluster, client, second.id, lambda j: j.state is JobState.RUNNING)
+            _, second_tasks = client.get(second.id)
+            assert [t.node_id for t in second_tasks] == ["node-a"]
+            for job in (first, second):
+                client.cancel(job.id)
+                wait_job(cluster, client, job.id, lambda j: j.state.terminal)
+            events = all_events(client)
+    finally:
+        with contextlib.suppress(Exception):
+            cluster.stop()
+    for job in (first, second):
+        assert terminal_states(events, job.id) == ["CANCELLED"]

@@ -77,3 +77,32 @@ def test_read_process_tree_of_this_process() -> None:
     samples = read_process_tree(os.getpid())
     assert samples and samples[0].pid == os.getpid() and samples[0].rss_bytes > 0
     assert read_process_tree(2**22 + 12345) == []
+
+
+def _disk_sampler(disk_free) -> NodeMetricsSampler:
+    return NodeMetricsSampler(
+        VirtualGpus(1),
+        FakeClock(),
+        net_counters=lambda: (0, 0),
+        memory=lambda: (1, 2),
+        cpu_percent=lambda: 0.0,
+        disk_free=disk_free,
+        min_free_disk_bytes=64 << 20,
+    )
+
+
+def test_the_state_disk_is_full_under_the_reserve() -> None:
+    roomy = _disk_sampler(lambda: 65 << 20).sample()
+    assert (roomy.state_disk_free_bytes, roomy.state_disk_full) == (65 << 20, False)
+    tight = _disk_sampler(lambda: (64 << 20) - 1).sample()
+    assert (tight.state_disk_free_bytes, tight.state_disk_full) == ((64 << 20) - 1, True)
+
+
+def test_an_unreadable_state_disk_counts_as_full_and_an_unmeasured_one_as_not() -> None:
+    def unreadable() -> int:
+        raise OSError(5, "Input/output error")
+
+    broken = _disk_sampler(unreadable).sample()
+    assert (broken.state_disk_free_bytes, broken.state_disk_full) == (0, True)
+    unmeasured = _disk_sampler(None).sample()
+    assert (unmeasured.state_disk_free_bytes, unmeasured.state_disk_full) == (0, False)
