@@ -28,13 +28,12 @@ from mlsched.model import JobState
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 2 MiB tmpfs for the controller's state (skipped where mounting is not permitted)."""
-    mount = tmp_path / "cluster" / "controller"
+@contextlib.contextmanager
+def _tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` at ``mount`` (the test is skipped where mounting is not permitted)."""
     mount.mkdir(parents=True)
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
         capture_output=True,
         text=True,
     )
@@ -44,6 +43,13 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs for the controller's state."""
+    with _tmpfs(tmp_path / "cluster" / "controller", "2m") as mount:
+        yield mount
 
 
 def _fill(directory: Path) -> Path:
@@ -96,20 +102,9 @@ def test_a_full_state_disk_refuses_submits_and_running_jobs_go_on(small_disk: Pa
 
 @pytest.fixture
 def small_agent_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs for node-a's agent state (skipped where mounting is not permitted)."""
-    mount = tmp_path / "cluster" / "node-a"
-    mount.mkdir(parents=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
-    try:
+    """A 4 MiB tmpfs for node-a's agent state."""
+    with _tmpfs(tmp_path / "cluster" / "node-a", "4m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_full_agent_disk_gets_no_new_tasks_until_it_has_room(small_agent_disk: Path) -> None:
