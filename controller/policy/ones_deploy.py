@@ -10,9 +10,8 @@ what there is down to its minimum). Everything else renews, so leases never expi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
-from controller.placement import TaskPlacement
 from controller.policy.base import (
     ClusterSnapshot,
     Decision,
@@ -22,6 +21,7 @@ from controller.policy.base import (
     Resize,
     Suspend,
 )
+from controller.policy.slaq_resize import placement_for, take_gpus
 
 REASON = "ones"
 
@@ -56,18 +56,18 @@ def carry_out(
             keep = _keep(job, want)
             for p in job.placement:
                 free[p.node_id].extend(g for g in p.gpu_indices if (p.node_id, g) not in keep)
-            resize.append(Resize(job.id, _placement(keep, job), lease, batch, REASON))
+            resize.append(Resize(job.id, placement_for(keep, job), lease, batch, REASON))
         elif batch and batch != batches[job.id]:
             resize.append(Resize(job.id, job.placement, lease, batch, REASON))
         else:
             renew.append(Renew(job.id, lease))
     for job, want, batch in grows:
         own = [(p.node_id, g) for p in job.placement for g in p.gpu_indices]
-        extra = _take(free, want - len(own), prefer={n for n, _ in own}, whole=True)
+        extra = take_gpus(free, want - len(own), prefer={n for n, _ in own}, whole=True)
         if not extra and batch:  # not yet room for all: the batch of the GPUs it holds
             batch = min(batch, len(own) * max(1, batch // want))
         if extra:
-            resize.append(Resize(job.id, _placement(own + extra, job), lease, batch, REASON))
+            resize.append(Resize(job.id, placement_for(own + extra, job), lease, batch, REASON))
         elif batch and batch != batches.get(job.id):
             resize.append(Resize(job.id, job.placement, lease, batch, REASON))
         else:
@@ -76,13 +76,13 @@ def carry_out(
         want = plan.get(job.id, (0, 0))[0]
         if want <= 0:
             continue
-        gpus = _take(free, want, prefer=set(), whole=True)
+        gpus = take_gpus(free, want, prefer=set(), whole=True)
         if not gpus and job.spec.elastic.enabled:
             room = sum(map(len, free.values()))
             if room >= least(job):
-                gpus = _take(free, room, prefer=set(), whole=True)
+                gpus = take_gpus(free, room, prefer=set(), whole=True)
         if gpus:
-            launch.append(Launch(job.id, _placement(gpus, job), lease))
+            launch.append(Launch(job.id, placement_for(gpus, job), lease))
     return Decision(
         launch=tuple(launch), renew=tuple(renew), suspend=tuple(suspend), resize=tuple(resize)
     )
@@ -94,35 +94,3 @@ def _keep(job: JobView, want: int) -> list[tuple[str, int]]:
         by_node.setdefault(p.node_id, []).extend(p.gpu_indices)
     ordered = sorted(by_node.items(), key=lambda kv: -len(kv[1]))
     return [(n, g) for n, gs in ordered for g in gs][:want]
-
-
-def _take(
-    free: dict[str, list[int]], count: int, prefer: set[str], whole: bool
-) -> list[tuple[str, int]]:
-    """``count`` free GPUs (``whole``: all or none): preferred nodes, then the smallest node
-    that fits them all, then the emptiest nodes."""
-    if count <= 0 or (whole and sum(map(len, free.values())) < count):
-        return []
-    fits = sorted(
-        (n for n, gs in free.items() if len(gs) >= count and n not in prefer),
-        key=lambda n: len(free[n]),
-    )
-    order = [n for n in free if n in prefer] + fits[:1]
-    order += sorted((n for n in free if n not in order), key=lambda n: -len(free[n]))
-    taken: list[tuple[str, int]] = []
-    for node in order:
-        while free[node] and len(taken) < count:
-            taken.append((node, free[node].pop(0)))
-    return taken
-
-
-def _placement(gpus: Sequence[tuple[str, int]], job: JobView) -> tuple[TaskPlacement, ...]:
-    per = job.spec.gpus_per_process
-    by_node: dict[str, list[int]] = {}
-    for node, g in gpus:
-        by_node.setdefault(node, []).append(g)
-    out: list[TaskPlacement] = []
-    for node, gs in by_node.items():
-        for i in range(0, len(gs) - len(gs) % per, per):
-            out.append(TaskPlacement(len(out), node, tuple(sorted(gs[i : i + per]))))
-    return tuple(out)

@@ -52,23 +52,23 @@ def plan(
         keep = _keep(job, want)
         for p in job.placement:
             free[p.node_id].extend(g for g in p.gpu_indices if (p.node_id, g) not in keep)
-        resize.append(Resize(job.id, _placement(keep, job), lease, reason=reason))
+        resize.append(Resize(job.id, placement_for(keep, job), lease, reason=reason))
     for job, want in grows:
         have = held(job)
         own = [(p.node_id, g) for p in job.placement for g in p.gpu_indices]
         nodes = {n for n, _ in own}
-        extra = _take(free, want - have, prefer=nodes)
+        extra = take_gpus(free, want - have, prefer=nodes)
         if extra:
-            resize.append(Resize(job.id, _placement(own + extra, job), lease, reason=reason))
+            resize.append(Resize(job.id, placement_for(own + extra, job), lease, reason=reason))
         else:
             renew.append(Renew(job.id, lease))
     for job in order:
         want = targets.get(job.id, 0)
         if job.state.active or want <= 0:
             continue
-        gpus = _take(free, want, prefer=set(), whole=True)
+        gpus = take_gpus(free, want, prefer=set(), whole=True)
         if gpus:
-            launch.append(Launch(job.id, _placement(gpus, job), lease))
+            launch.append(Launch(job.id, placement_for(gpus, job), lease))
     return Decision(launch=tuple(launch), renew=tuple(renew), resize=tuple(resize))
 
 
@@ -82,7 +82,7 @@ def _keep(job: JobView, want: int) -> list[tuple[str, int]]:
     return [(n, g) for n, gs in ordered for g in gs][:want]
 
 
-def _take(
+def take_gpus(
     free: dict[str, list[int]], count: int, prefer: set[str], whole: bool = False
 ) -> list[tuple[str, int]]:
     """Take ``count`` free GPUs (``whole``: all or none; else as many as there are, up to it):
@@ -102,7 +102,7 @@ def _take(
     return taken
 
 
-def _placement(gpus: Sequence[tuple[str, int]], job: JobView) -> tuple[TaskPlacement, ...]:
+def placement_for(gpus: Sequence[tuple[str, int]], job: JobView) -> tuple[TaskPlacement, ...]:
     """One task per ``gpus_per_process`` GPUs of one node, ranked in order."""
     per = job.spec.gpus_per_process
     by_node: dict[str, list[int]] = {}
