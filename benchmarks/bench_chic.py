@@ -28,9 +28,11 @@ def main() -> None:
     clock = time.process_time
     nets = {k: ArrayNet.load(DEFAULT_MODELS[k]) for k in ("ps", "pair")}
     runs = {
-        "chic": lambda s: run_chic(s, greedy(nets["ps"]), "ps", nets["ps"].slots, False, clock),
+        "chic": lambda s: run_chic(
+            s, greedy(nets["ps"]), "ps", nets["ps"].slots, record=False, clock=clock
+        ),
         "chic-pair": lambda s: run_chic(
-            s, greedy(nets["pair"]), "pair", nets["pair"].slots, False, clock
+            s, greedy(nets["pair"]), "pair", nets["pair"].slots, record=False, clock=clock
         ),
         "optimus": lambda s: run_optimus(s, 600.0, clock=clock),
         "optimus-300": lambda s: run_optimus(s, 300.0, clock=clock),

@@ -2,17 +2,18 @@
 (§5: Chic's design with an action space of GPUs per job, no preemption; issue 16).
 
 Reschedules only when the set of jobs changes (an arrival or a completion, Chic §4.2). The
-network (trained by ``mlsched chic-train --kind ar``) fills the GPUs window by window (ours: Chic
-sees only the first I jobs; on a cluster larger than Chic's 10 GPUs the next I jobs get what
-the previous windows left), running jobs first in submission order, then the queue. A running
-job starts its window at its elastic minimum (no preemption), a queued one at zero; an action
-adds one GPU to a job of the window, the void action ends the window. A job's time per
-iteration is Optimus' ``t(g) = a + b / g + c g`` fitted to its measured speeds, and its
-remaining iterations are predicted from its loss reports
-(:mod:`controller.policy.optimus`, never the simulator's truth); the network sees the
-speed-ups at 2 and 4 GPUs and the remaining work (``simulator.chic_env.slot_job``). Targets are
-carried out at lease boundaries (:func:`~controller.policy.slaq_resize.plan`), with leases of
-``lease_s``.
+network (trained by ``mlsched chic-train --kind ar``) fills the GPUs window by window, running
+jobs first in submission order, then the queue (ours: Chic sees only the first I jobs; on a
+cluster larger than Chic's 10 GPUs the next I jobs get what the previous windows left, each
+window at most its share of the GPUs left by its share of the jobs left, so the first window
+cannot take the cluster while the queue waits). A running job starts its window at its
+elastic minimum (no preemption), a queued one at zero; an action adds one GPU to a job of the
+window, the void action ends the window. A job's time per iteration is Optimus'
+``t(g) = a + b / g + c g`` fitted to its measured speeds, and its remaining iterations are
+predicted from its loss reports (:mod:`controller.policy.optimus`, never the simulator's
+truth); the network sees the speed-ups at 2 and 4 GPUs and the remaining work
+(``simulator.chic_env.slot_job``). Targets are carried out at lease boundaries
+(:func:`~controller.policy.slaq_resize.plan`), with leases of ``lease_s``.
 
 State (documented, as ``base`` allows): the last job set and its targets.
 """
@@ -81,13 +82,16 @@ class ChicArPolicy:
         for start in range(0, len(jobs), slots):
             window = jobs[start : start + slots]
             low = [bounds(j)[0] if j.id in running else 0 for j in window]
+            # ours: a window's share of what is left, by its share of the jobs left
+            share = (capacity - used) * len(window) // (len(jobs) - start)
+            limit = used + max(share, sum(low), min(bounds(j)[0] for j in window))
             if used + sum(low) > capacity:
                 break
             phase = Phase(
                 "ar",
                 slots,
                 [_slot(j, left[j.id], times[j.id]) for j in window],
-                (float(capacity), 0.0, 0.0),
+                (float(min(limit, capacity)), 0.0, 0.0),
                 used=(float(used), 0.0, 0.0),
                 start=low,
             )
