@@ -1,6 +1,7 @@
 """A throw-away PostgreSQL server for the store tests, from the system's packages.
 
-``initdb`` and ``pg_ctl`` from ``$MLSCHED_PG_BIN`` (default /usr/lib/postgresql/15/bin); as
+``initdb`` and ``pg_ctl`` from ``$MLSCHED_PG_BIN`` (default: Debian's newest
+/usr/lib/postgresql/<version>/bin); as
 root the server runs as the ``postgres`` OS user (PostgreSQL refuses root). It listens on
 127.0.0.1 at a port the OS picked, and on a socket in its own temporary directory.
 """
@@ -18,7 +19,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-PG_BIN = Path(os.environ.get("MLSCHED_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+def _debian_pg_bin() -> Path:
+    """The newest /usr/lib/postgresql/<version>/bin holding initdb (the 15 one if none)."""
+    found = [p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")]
+    numbered = [p for p in found if p.parent.name.isdigit()]
+    default = Path("/usr/lib/postgresql/15/bin")
+    return max(numbered, key=lambda p: int(p.parent.name), default=default)
+
+
+PG_BIN = Path(os.environ["MLSCHED_PG_BIN"]) if "MLSCHED_PG_BIN" in os.environ else _debian_pg_bin()
 START_TIMEOUT_S = 60
 
 
