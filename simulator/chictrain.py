@@ -46,6 +46,7 @@ class CemConfig:
     seed: int = 0
     imitate: int = 0  # ours: warm-start episodes of the marginal-gain teacher (0: paper's init)
     imitate_steps: int = 300
+    imitate_lr: float = 0.01
 
 
 def elite_threshold(returns: Sequence[float], rho: float, n: int) -> float:
@@ -107,7 +108,9 @@ def train(
             run_chic(train_set[rng.integers(len(train_set))], marginal_gain, cfg.kind, cfg.slots)
             for _ in range(cfg.imitate)
         ]
-        fit_elite(module, teacher, replace(cfg, fit_steps=cfg.imitate_steps), rng)
+        fit_elite(
+            module, teacher, replace(cfg, fit_steps=cfg.imitate_steps, lr=cfg.imitate_lr), rng
+        )
     best: tuple[float, ArrayNet] | None = None
     log: list[dict] = []
     steps = range(1, cfg.iterations + 1)
@@ -192,8 +195,13 @@ def add_chic_train_command(subparsers: argparse._SubParsersAction) -> None:
         p.add_argument(
             "--" + name.replace("_", "-"), type=int, default=getattr(d, name), help="[%(default)s]"
         )
-    for name in ("rho", "lr", "smoothing", "rate"):
-        p.add_argument("--" + name, type=float, default=getattr(d, name), help="[%(default)s]")
+    for name in ("rho", "lr", "smoothing", "rate", "imitate_lr"):
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=float,
+            default=getattr(d, name),
+            help="[%(default)s]",
+        )
     p.add_argument("--history", type=Path, help="also write the per-iteration log (JSON)")
     p.add_argument("--plot", type=Path, help="learning-curve PNG (needs matplotlib)")
     p.set_defaults(func=run_chic_train)
