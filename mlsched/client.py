@@ -35,6 +35,18 @@ KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
 RETRIED_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 # Waits before the second, third, ... attempt of a submit.
 SUBMIT_RETRY_DELAYS_S = (0.5, 1.0, 2.0, 4.0)
+# How the controller begins the details of a call refused for its user's request rate
+# (controller/auth/guard.py); such a call did nothing, so any call may be sent again.
+RATE_LIMITED = "too many requests"
+# Waits before each repeat of a call refused for the rate (the bucket refills at its rate).
+RATE_RETRY_DELAYS_S = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2)
+
+
+def rate_limited(exc: grpc.RpcError) -> bool:
+    """Whether a call was refused for its user's request rate (and so did nothing)."""
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else ""
+    return code is grpc.StatusCode.RESOURCE_EXHAUSTED and (details or "").startswith(RATE_LIMITED)
 
 
 @dataclass(frozen=True)
@@ -82,7 +94,16 @@ class Client:
         self.close()
 
     def _call(self, method, request):  # type: ignore[no-untyped-def]
-        return method(request, metadata=self._metadata, timeout=self._timeout_s)
+        """One unary call; refused for the user's request rate, it is sent again after each of
+        ``RATE_RETRY_DELAYS_S`` (the refusal comes before the controller does anything)."""
+        for delay_s in (*RATE_RETRY_DELAYS_S, None):
+            try:
+                return method(request, metadata=self._metadata, timeout=self._timeout_s)
+            except grpc.RpcError as exc:
+                if delay_s is None or not rate_limited(exc):
+                    raise
+                self._sleep(delay_s)
+        raise AssertionError("unreachable")
 
     def submit(self, spec: JobSpec, request_id: str = "") -> Job:
         """Submit a job, exactly once: every attempt carries one request id (a new uuid unless

@@ -11,6 +11,7 @@ import grpc
 
 from controller.auth.limits import RateLimiter, StreamSlots, UserLimits
 from controller.auth.peer import certified, is_tls
+from mlsched.client import RATE_LIMITED
 from mlsched.security.names import USER, Identity, NameError_, check_name
 
 USER_KEY = "mlsched-user"
@@ -35,7 +36,7 @@ class Guard:
         who = self._identify(context)
         if not self._rate.allow(who.name):
             context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many requests from {who.name}; slow down"
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"{RATE_LIMITED} from {who.name}; slow down"
             )
         return who
 

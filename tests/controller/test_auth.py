@@ -5,6 +5,7 @@ port 0, real channels with certificates of its own CA. Each test replays one pro
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from controller.auth.limits import UserLimits
 from controller.clock import ManualClock
 from controller.server import Controller, ControllerConfig
 from controller.state import ControllerSettings
+from mlsched.client import Client, rate_limited
 from mlsched.security.authority import Authority
 from mlsched.security.bundle import Bundle
 from mlsched.security.names import ADMIN, NODE, USER, Identity
@@ -394,3 +396,29 @@ def test_another_users_failed_job_shows_no_lines_of_its_log(cluster: Cluster) ->
     assert "exited with code 3" in texts(eve)  # the failure itself stays visible
     assert "key=hf_secret" in texts(alice)  # her own job, in full
     assert "key=hf_secret" in texts(root)
+
+
+def test_the_client_waits_out_its_request_rate_and_every_call_goes_through(tmp_path: Path) -> None:
+    # A bucket of 3 refilled at 2 per second: the raw stub is refused at its 4th call, the
+    # client (which sends a rate-refused call again after a wait) gets all 10 answers.
+    slow = Cluster(tmp_path / "state", UserLimits(requests_per_s=2.0, burst=3.0))
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    try:
+        raw = slow.jobs("mallory")
+        for _ in range(3):
+            raw.ListJobs(jobs_pb2.ListJobsRequest(), timeout=WAIT_S)
+        err = rpc_error(lambda: raw.ListJobs(jobs_pb2.ListJobsRequest(), timeout=WAIT_S))
+        assert err.code() == Code.RESOURCE_EXHAUSTED and rate_limited(err)
+        with Client(
+            slow.controller.address, credentials=slow.bundle(USER, "alice"), sleep=sleep
+        ) as client:
+            answers = [client.list() for _ in range(10)]
+    finally:
+        slow.close()
+    assert answers == [[]] * 10
+    assert waits  # alice's 4th call onwards came back refused at least once and was resent
