@@ -18,6 +18,8 @@ Example::
       system_may_switch: true     # under overload MLF-C may switch to a cheaper option
       required_accuracy: 0.8      # needed by required-accuracy
     elastic: {min_gpus: 1, max_gpus: 4, batch: fixed-per-gpu}   # optional (mlsched.spec_elastic)
+    ps: {workers: {min: 1, max: 2}, servers: {min: 1, max: 2}, worker: {gpus: 1}, server: {cpus: 1}}
+                                  # optional: a parameter-server job (mlsched.spec_ps)
 
 MLFS choices (§3.1, §3.5): urgency is a number in [1, 10], the range §4.1 draws from (the paper
 allows [0, m], but an urgency of 0 zeroes Eq. 2's ML priority). ``partitions`` has one entry per
@@ -51,6 +53,7 @@ from mlsched.model import (
     TargetMetricStop,
 )
 from mlsched.spec_elastic import elastic_to_dict, parse_elastic
+from mlsched.spec_ps import job_problems, parse_ps, ps_to_dict
 from mlsched.spec_section import open_section
 
 MAX_GPUS = 1024
@@ -70,6 +73,7 @@ _TOP_FIELDS = {
     "batch_size",
     "mlfs",
     "elastic",
+    "ps",
 }
 _MLFS_FIELDS = (
     "urgency",
@@ -137,6 +141,8 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
     mlfs = _mlfs(data.get("mlfs"), processes, stopping, problems)
     fine = gpus if processes else 0
     elastic = parse_elastic(data.get("elastic"), fine, per_process, batch_size, problems)
+    ps = parse_ps(data.get("ps"), problems)  # issue 16: a parameter-server job
+    problems += job_problems(ps, fine, per_process or 0, "elastic" in data)
     if problems:
         raise SpecError(problems)
     assert stopping is not None and job_class is not None
@@ -154,6 +160,7 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
         batch_size=batch_size,
         mlfs=mlfs,
         elastic=elastic,
+        ps=ps,
     )
 
 
@@ -179,6 +186,8 @@ def validate_spec(spec: JobSpec) -> None:
         document["mlfs"] = mlfs_to_dict(spec.mlfs)
     if spec.elastic != ElasticSpec():
         document["elastic"] = elastic_to_dict(spec.elastic)
+    if spec.ps.enabled:
+        document["ps"] = ps_to_dict(spec.ps)
     parse_spec(document)
 
 

@@ -156,6 +156,36 @@ class ElasticSpec:
 
 
 @dataclass(frozen=True)
+class RoleResources:
+    """What one task of a parameter-server job's role holds (issue 16): GPUs, cores, GB."""
+
+    gpus: float = 0.0
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+
+    def vector(self) -> tuple[float, float, float]:
+        """(GPUs, CPU cores, GB memory), the order of ``simulator.ps.Resources``."""
+        return (self.gpus, self.cpus, self.memory_gb)
+
+
+@dataclass(frozen=True)
+class PsSpec:
+    """A parameter-server job (Chic, issue 16): the scheduler picks ``min..max`` workers (on
+    GPUs) and servers (CPU processes) per attempt; ``mlsched.spec_ps`` has the YAML form."""
+
+    min_workers: int = 0  # 0: not a PS job
+    max_workers: int = 0
+    min_servers: int = 0
+    max_servers: int = 0
+    worker: RoleResources = RoleResources()
+    server: RoleResources = RoleResources()
+
+    @property
+    def enabled(self) -> bool:
+        return self.min_workers > 0
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """A validated job specification (see ``mlsched.jobspec`` for the YAML form)."""
 
@@ -172,6 +202,7 @@ class JobSpec:
     batch_size: int = 0
     mlfs: MlfsSpec = MlfsSpec()
     elastic: ElasticSpec = ElasticSpec()
+    ps: PsSpec = PsSpec()
 
     @property
     def num_tasks(self) -> int:

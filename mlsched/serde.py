@@ -20,7 +20,9 @@ from mlsched.model import (
     Node,
     NodeMetrics,
     Progress,
+    PsSpec,
     ResumeRecord,
+    RoleResources,
     SpeedSample,
     StopOption,
     StoppingCriterion,
@@ -162,6 +164,34 @@ def elastic_from_proto(msg: pb.ElasticSpec) -> ElasticSpec:
     return ElasticSpec(msg.min_gpus, msg.max_gpus, rule, msg.max_batch_size, msg.linear_lr)
 
 
+def ps_to_proto(ps: PsSpec) -> pb.PsSpec:
+    def role(r: RoleResources) -> pb.RoleResources:
+        return pb.RoleResources(gpus=r.gpus, cpus=r.cpus, memory_gb=r.memory_gb)
+
+    return pb.PsSpec(
+        min_workers=ps.min_workers,
+        max_workers=ps.max_workers,
+        min_servers=ps.min_servers,
+        max_servers=ps.max_servers,
+        worker=role(ps.worker),
+        server=role(ps.server),
+    )
+
+
+def ps_from_proto(msg: pb.PsSpec) -> PsSpec:
+    def role(r: pb.RoleResources) -> RoleResources:
+        return RoleResources(r.gpus, r.cpus, r.memory_gb)
+
+    return PsSpec(
+        msg.min_workers,
+        msg.max_workers,
+        msg.min_servers,
+        msg.max_servers,
+        role(msg.worker),
+        role(msg.server),
+    )
+
+
 def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
     mlfs = None if spec.mlfs == MlfsSpec() else mlfs_to_proto(spec.mlfs)
     elastic = None if spec.elastic == ElasticSpec() else elastic_to_proto(spec.elastic)
@@ -182,6 +212,7 @@ def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
         batch_size=spec.batch_size,
         mlfs=mlfs,
         elastic=elastic,
+        ps=ps_to_proto(spec.ps) if spec.ps.enabled else None,
     )
 
 
@@ -205,6 +236,7 @@ def spec_from_proto(msg: pb.JobSpec) -> JobSpec:
         batch_size=msg.batch_size,
         mlfs=mlfs_from_proto(msg.mlfs) if msg.HasField("mlfs") else MlfsSpec(),
         elastic=elastic_from_proto(msg.elastic) if msg.HasField("elastic") else ElasticSpec(),
+        ps=ps_from_proto(msg.ps) if msg.HasField("ps") else PsSpec(),
     )
 
 

@@ -10,46 +10,25 @@ Example::
       server: {gpus: 0, cpus: 3, memory_gb: 9}    # per PS
 
 Rules: ``1 <= min <= max <= 1024`` for both roles; every resource a number ``>= 0``; a worker
-needs at least one GPU or CPU. Not yet read by ``mlsched.jobspec``: the simulator's PS jobs
-(``simulator.ps``) carry the same fields (docs/chic.md).
+needs at least one GPU or CPU. In a job spec (``mlsched.jobspec``, :func:`job_problems`) a worker
+holds exactly ``gpus_per_process`` GPUs, a PS none (PS tasks are CPU processes), ``gpus`` (where
+the job starts) is ``min..max`` workers' GPUs, and ``elastic`` does not apply. The simulator's
+PS jobs (``simulator.ps``) carry the same fields (docs/chic.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from mlsched.model import PsSpec, RoleResources
 from mlsched.spec_section import open_section
+
+__all__ = ["PsSpec", "RoleResources", "job_problems", "parse_ps", "ps_to_dict"]
 
 PS_FIELDS = ("workers", "servers", "worker", "server")
 RANGE_FIELDS = ("min", "max")
 RESOURCE_FIELDS = ("gpus", "cpus", "memory_gb")
 MAX_TASKS = 1024
-
-
-@dataclass(frozen=True)
-class RoleResources:
-    gpus: float = 0.0
-    cpus: float = 0.0
-    memory_gb: float = 0.0
-
-    def vector(self) -> tuple[float, float, float]:
-        """(GPUs, CPU cores, GB memory), the order of ``simulator.ps.Resources``."""
-        return (self.gpus, self.cpus, self.memory_gb)
-
-
-@dataclass(frozen=True)
-class PsSpec:
-    min_workers: int = 0  # 0: not a PS job
-    max_workers: int = 0
-    min_servers: int = 0
-    max_servers: int = 0
-    worker: RoleResources = RoleResources()
-    server: RoleResources = RoleResources()
-
-    @property
-    def enabled(self) -> bool:
-        return self.min_workers > 0
 
 
 def parse_ps(value: Any, problems: list[str]) -> PsSpec:
@@ -68,6 +47,26 @@ def parse_ps(value: Any, problems: list[str]) -> PsSpec:
         return PsSpec()
     assert workers and servers and worker and server
     return PsSpec(*workers, *servers, worker, server)
+
+
+def job_problems(ps: PsSpec, gpus: int, per_process: int, elastic: bool) -> list[str]:
+    """What a job spec's other fields must satisfy for its ``ps`` section (module docstring);
+    ``gpus`` / ``per_process`` are 0 when already found wrong."""
+    if not ps.enabled:
+        return []
+    problems = []
+    if per_process and ps.worker.gpus != per_process:
+        problems.append(
+            f"ps.worker.gpus ({ps.worker.gpus:g}) must equal gpus_per_process ({per_process})"
+        )
+    if ps.server.gpus != 0:
+        problems.append(f"ps.server.gpus: a PS runs on CPUs only, got {ps.server.gpus:g}")
+    low, high = ps.min_workers * per_process, ps.max_workers * per_process
+    if gpus and per_process and not low <= gpus <= high:
+        problems.append(f"gpus ({gpus}) must lie within ps.workers' GPUs ({low}..{high})")
+    if elastic:
+        problems.append("elastic and ps exclude each other (a PS job's workers are chosen by ps)")
+    return problems
 
 
 def ps_to_dict(spec: PsSpec) -> dict[str, Any]:

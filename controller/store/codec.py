@@ -22,6 +22,7 @@ from mlsched.model import (
     MigrationTarget,
     MlfsSpec,
     Node,
+    PsSpec,
     ResumeRecord,
     SpeedSample,
     StopOption,
@@ -31,6 +32,7 @@ from mlsched.model import (
     TaskState,
 )
 from mlsched.spec_elastic import elastic_to_dict
+from mlsched.spec_ps import parse_ps, ps_to_dict
 
 
 def _stopping_to_dict(stopping: StoppingCriterion) -> dict[str, Any]:
@@ -66,6 +68,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "batch_size": spec.batch_size,
         "mlfs": mlfs_to_dict(spec.mlfs),
         "elastic": elastic_to_dict(spec.elastic),
+        "ps": ps_to_dict(spec.ps) if spec.ps.enabled else None,
     }
 
 
@@ -84,7 +87,18 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         batch_size=d["batch_size"],
         mlfs=_mlfs_from_dict(d.get("mlfs")),  # absent in rows written before MLFS
         elastic=_elastic_from_dict(d.get("elastic")),  # absent in rows written before issue 14
+        ps=_ps_from_dict(d.get("ps")),  # absent in rows written before issue 16
     )
+
+
+def _ps_from_dict(d: dict[str, Any] | None) -> PsSpec:
+    if d is None:
+        return PsSpec()
+    problems: list[str] = []
+    ps = parse_ps(d, problems)
+    if problems:
+        raise ValueError(f"stored ps section: {'; '.join(problems)}")
+    return ps
 
 
 def _elastic_from_dict(d: dict[str, Any] | None) -> ElasticSpec:

@@ -128,7 +128,7 @@ class StoppingCriterion(_message.Message):
     def __init__(self, iterations: _Optional[_Union[IterationCriterion, _Mapping]] = ..., target_metric: _Optional[_Union[TargetMetricCriterion, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size", "mlfs", "elastic")
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size", "mlfs", "elastic", "ps")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,7 @@ class JobSpec(_message.Message):
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     MLFS_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    PS_FIELD_NUMBER: _ClassVar[int]
     name: str
     command: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
@@ -162,7 +163,34 @@ class JobSpec(_message.Message):
     batch_size: int
     mlfs: MlfsSpec
     elastic: ElasticSpec
-    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ..., mlfs: _Optional[_Union[MlfsSpec, _Mapping]] = ..., elastic: _Optional[_Union[ElasticSpec, _Mapping]] = ...) -> None: ...
+    ps: PsSpec
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ..., mlfs: _Optional[_Union[MlfsSpec, _Mapping]] = ..., elastic: _Optional[_Union[ElasticSpec, _Mapping]] = ..., ps: _Optional[_Union[PsSpec, _Mapping]] = ...) -> None: ...
+
+class RoleResources(_message.Message):
+    __slots__ = ("gpus", "cpus", "memory_gb")
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_GB_FIELD_NUMBER: _ClassVar[int]
+    gpus: float
+    cpus: float
+    memory_gb: float
+    def __init__(self, gpus: _Optional[float] = ..., cpus: _Optional[float] = ..., memory_gb: _Optional[float] = ...) -> None: ...
+
+class PsSpec(_message.Message):
+    __slots__ = ("min_workers", "max_workers", "min_servers", "max_servers", "worker", "server")
+    MIN_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WORKERS_FIELD_NUMBER: _ClassVar[int]
+    MIN_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    min_workers: int
+    max_workers: int
+    min_servers: int
+    max_servers: int
+    worker: RoleResources
+    server: RoleResources
+    def __init__(self, min_workers: _Optional[int] = ..., max_workers: _Optional[int] = ..., min_servers: _Optional[int] = ..., max_servers: _Optional[int] = ..., worker: _Optional[_Union[RoleResources, _Mapping]] = ..., server: _Optional[_Union[RoleResources, _Mapping]] = ...) -> None: ...
 
 class ElasticSpec(_message.Message):
     __slots__ = ("min_gpus", "max_gpus", "batch", "max_batch_size", "linear_lr")
