@@ -29,6 +29,7 @@ class LaunchCommand:
     master_addr: str
     master_port: int
     resume: bool
+    ps_workers: int = 0  # a PS job's workers this attempt (ranks below it); 0: not a PS job
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ def encode(command: Command) -> agent_pb2.AgentSessionResponse:
                 master_port=command.master_port,
                 resume=command.resume,
                 user=command.user,
+                ps_workers=command.ps_workers,
             )
         )
     if isinstance(command, SuspendCommand):

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from controller.commands import KillCommand, LaunchCommand, LeaseCommand, SuspendCommand, TaskRef
 from controller.placement import TaskPlacement
+from controller.ps_placement import ps_workers
 from controller.state import LIVE_TASK_STATES, ControllerState, SrTiming
 from controller.stops import COMPLETED_MESSAGE, completion_message
 from mlsched.model import Job, JobState, MigrationTarget, ResumeRecord, Task, TaskState
@@ -74,6 +75,7 @@ def launch(
         where += f" ({held} of {job.spec.gpus} GPUs)"
     _set_state(state, job, JobState.STARTING, f"{verb} attempt {job.attempt} on {where}")
     master = state.nodes[placement[0].node_id].address
+    workers = ps_workers(job.spec, placement)
     for task, p in zip(tasks, placement, strict=True):
         local = [q for q in placement if q.node_id == p.node_id]
         state.send(
@@ -89,6 +91,7 @@ def launch(
                 master_addr=master,
                 master_port=job.master_port,
                 resume=resume,
+                ps_workers=workers,
             ),
         )
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from controller import lifecycle, retention
+from controller import lifecycle, ps_placement, retention
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Policy, Stop
 from controller.priority_sender import PrioritySender
@@ -36,8 +36,11 @@ def placement_problem(spec: JobSpec, placement: tuple[TaskPlacement, ...]) -> st
     """Why ``placement`` cannot run a job of ``spec``; None when it can.
 
     A launch runs 1 to ``spec.num_tasks`` whole processes (fewer for a profiling run), ranked
-    0..k-1, each on ``gpus_per_process`` distinct GPUs of one node, no GPU given twice.
+    0..k-1, each on ``gpus_per_process`` distinct GPUs of one node, no GPU given twice. A PS
+    job's two roles: :func:`controller.ps_placement.placement_problem`.
     """
+    if spec.ps.enabled:
+        return ps_placement.placement_problem(spec, placement)
     k, per = len(placement), spec.gpus_per_process
     if not 1 <= k <= spec.num_tasks:
         return (

@@ -102,6 +102,8 @@ def build_snapshot(state: ControllerState) -> ClusterSnapshot:
             else tuple(g.index for g in n.gpus if g.index not in busy.get(n.id, ())),
             utilization=dict(n.load.utilization) if n.load is not None else {},
             gpu_utilization=dict(n.load.gpu_utilization) if n.load is not None else {},
+            cpus=float(n.cpu_count),
+            memory_gb=n.memory_total_bytes / 2**30,
         )
         for n in state.schedulable_nodes()
     )

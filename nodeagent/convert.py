@@ -77,6 +77,7 @@ def launch_from_pb(msg: agent_pb2.LaunchTask) -> LaunchRequest:
         batch_size=spec.batch_size,
         max_iterations=max_iterations,
         target=target,
+        ps_workers=msg.ps_workers,
     )
 
 

@@ -89,6 +89,7 @@ class LaunchRequest:
     batch_size: int = 0
     max_iterations: int | None = None
     target: TargetMetric | None = None
+    ps_workers: int = 0  # a PS job's workers this attempt (nodeagent.ps_role); 0: not one
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from nodeagent.model import LaunchRequest
+from nodeagent.ps_role import ROLE_VARIABLES, role_env
 
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 
@@ -79,6 +80,9 @@ def build_task_env(
         contract["MLSCHED_TARGET_GOAL"] = request.target.goal
     if request.batch_size > 0:
         contract["MLSCHED_BATCH_SIZE"] = str(request.batch_size)
+    for key in ROLE_VARIABLES:
+        env.pop(key, None)  # a PS job's roles come from the launch, never from the spec's env
+    contract.update(role_env(ref.rank, max(1, request.world_size), request.ps_workers))
     env.update(contract)
     if "OMP_NUM_THREADS" not in request.env:
         env["OMP_NUM_THREADS"] = str(

@@ -103,6 +103,8 @@ class NodeView:
     free_gpu_indices: tuple[int, ...]
     utilization: Mapping[str, float] = field(default_factory=dict)
     gpu_utilization: Mapping[int, float] = field(default_factory=dict)
+    cpus: float = 0.0  # CPU cores (0: unknown), for PS jobs' role vectors (issue 16)
+    memory_gb: float = 0.0  # GB of memory (0: unknown)
 
 
 @dataclass(frozen=True)

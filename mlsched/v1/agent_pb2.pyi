@@ -209,7 +209,7 @@ class Registered(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., heartbeat_timeout_s: _Optional[float] = ...) -> None: ...
 
 class LaunchTask(_message.Message):
-    __slots__ = ("task", "spec", "gpu_indices", "world_size", "local_rank", "local_world_size", "master_addr", "master_port", "resume", "user")
+    __slots__ = ("task", "spec", "gpu_indices", "world_size", "local_rank", "local_world_size", "master_addr", "master_port", "resume", "user", "ps_workers")
     TASK_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +220,7 @@ class LaunchTask(_message.Message):
     MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    PS_WORKERS_FIELD_NUMBER: _ClassVar[int]
     task: TaskRef
     spec: _common_pb2.JobSpec
     gpu_indices: _containers.RepeatedScalarFieldContainer[int]
@@ -230,7 +231,8 @@ class LaunchTask(_message.Message):
     master_port: int
     resume: bool
     user: str
-    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., world_size: _Optional[int] = ..., local_rank: _Optional[int] = ..., local_world_size: _Optional[int] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., resume: _Optional[bool] = ..., user: _Optional[str] = ...) -> None: ...
+    ps_workers: int
+    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., world_size: _Optional[int] = ..., local_rank: _Optional[int] = ..., local_world_size: _Optional[int] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., resume: _Optional[bool] = ..., user: _Optional[str] = ..., ps_workers: _Optional[int] = ...) -> None: ...
 
 class SuspendTask(_message.Message):
     __slots__ = ("task", "grace_s", "reason")
