@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from mlsched.model import Event, Job, Node, Task
 
@@ -32,6 +33,26 @@ class StoreWriteError(sqlite3.OperationalError):
     """The store could not write (a full disk, an I/O error, a lost database connection);
     nothing of the failed transaction was kept. A subclass of ``sqlite3.OperationalError``
     for the handlers written before other backends existed."""
+
+
+class NotLeader(StoreWriteError):
+    """This controller cannot prove it leads (its lease ran out, or another took it: the epoch
+    in the database is not its own); nothing was written (controller.leader)."""
+
+
+class LeaderFence(Protocol):
+    """What a leader's store checks at the start of every transaction."""
+
+    lease_name: str
+
+    @property
+    def epoch(self) -> int:
+        """The epoch this controller leads under."""
+        ...
+
+    def check(self) -> None:
+        """Raise :class:`NotLeader` unless the lease is proven by this process's clock."""
+        ...
 
 
 JobKey = tuple[float, str]
@@ -58,6 +79,9 @@ class StoredState:
 
 
 class Store(ABC):
+    # A leader's lease: set, every transaction first checks it (controller.store.lease).
+    fence: LeaderFence | None = None
+
     @abstractmethod
     def load(self) -> StoredState:
         """Everything saved so far."""

@@ -56,6 +56,8 @@ CREATE TABLE IF NOT EXISTS quarantine (
 class PostgresStore(SqlStore):
     """One connection (``conninfo``: a libpq URL or key=value string) guarded by a lock."""
 
+    postgres = True
+
     def __init__(self, conninfo: str) -> None:
         if psycopg is None:
             raise RuntimeError(

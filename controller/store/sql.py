@@ -15,7 +15,16 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from controller.store import codec
-from controller.store.base import JobKey, QuarantinedRow, Store, StoredState, StoreWriteError
+from controller.store.base import (
+    JobKey,
+    LeaderFence,
+    NotLeader,
+    QuarantinedRow,
+    Store,
+    StoredState,
+    StoreWriteError,
+)
+from controller.store.lease import epoch_check_sql
 from mlsched.model import Event, Job, Node, Task
 
 # What a row that does not decode raises (bad JSON, a missing key, a wrong type or enum value).
@@ -28,6 +37,7 @@ class SqlStore(Store):
 
     # The backend's errors that mean a write (or its commit) failed.
     write_errors: tuple[type[BaseException], ...] = ()
+    postgres = False  # the SQL dialect where the two differ
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -65,6 +75,8 @@ class SqlStore(Store):
                     self._begin(durable)
                 except self.write_errors as exc:  # e.g. the database went away
                     raise StoreWriteError(f"cannot write the controller state: {exc}") from exc
+                if self.fence is not None:
+                    self._check_fence(self.fence)
             self._depth += 1
             self._durable = self._durable or durable
             try:
@@ -79,6 +91,23 @@ class SqlStore(Store):
             self._depth -= 1
             if outer:
                 self._commit()
+
+    def _check_fence(self, fence: LeaderFence) -> None:
+        """A leader writes only under its own epoch, proven now (controller.store.lease)."""
+        try:
+            fence.check()
+            row = self._execute(epoch_check_sql(self.postgres), (fence.lease_name,)).fetchone()
+            if row is None or int(row[0]) != fence.epoch:
+                found = "no lease" if row is None else f"epoch {row[0]}"
+                raise NotLeader(
+                    f"not the leader: this controller's epoch is {fence.epoch}, "
+                    f"the database's {found}; nothing written"
+                )
+        except BaseException as exc:
+            self._safe_rollback()
+            if isinstance(exc, self.write_errors) and not isinstance(exc, StoreWriteError):
+                raise StoreWriteError(f"cannot write the controller state: {exc}") from exc
+            raise
 
     def _commit(self) -> None:
         try:

@@ -1,0 +1,209 @@
+"""The leader lease (controller.store.lease, controller.leader) on SQLite and PostgreSQL, with
+an injected clock: acquisition, renewal, expiry, self-fencing and the store's epoch check.
+
+Lease 30 s from t = 1,000,000: a grant asked at t holds in the row until t + 30 and, by the
+leader's own clock, until t + 30 - 3 (the 10 % margin)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import pytest
+
+from controller.clock import ManualClock
+from controller.leader import LeaderLease, LeaseKeeper
+from controller.store import NotLeader, SqliteStore, Store
+from controller.store.lease import LeaseRecord, LeaseTable, claim, open_lease_table
+from mlsched.model import Job, JobState
+from tests.controller.conftest import make_spec
+from tests.controller.store import pg_server
+
+T0 = 1_000_000.0
+LEASE_S = 30.0
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request, tmp_path) -> Iterator[tuple[Callable[[], LeaseTable], Callable[[], Store]]]:
+    """(open a lease table, open a store) on one database; each call a new connection."""
+    opened: list[LeaseTable | Store] = []
+
+    def remember(thing):  # type: ignore[no-untyped-def]
+        opened.append(thing)
+        return thing
+
+    if request.param == "sqlite":
+        yield (
+            lambda: remember(open_lease_table("", tmp_path)),
+            lambda: remember(SqliteStore(tmp_path / "controller.db")),
+        )
+    else:
+        import psycopg
+
+        from controller.store.postgres import PostgresStore
+
+        admin = request.getfixturevalue("postgres_server")
+        with pg_server.database(admin) as conninfo:
+            yield (
+                lambda: remember(LeaseTable(psycopg.connect(conninfo, autocommit=True), True)),
+                lambda: remember(PostgresStore(conninfo)),
+            )
+            for thing in opened:
+                thing.close()
+            opened.clear()
+    for thing in opened:
+        thing.close()
+
+
+def candidate(table: LeaseTable, name: str, clock: ManualClock) -> LeaderLease:
+    return LeaderLease(table, f"{name}:1", LEASE_S, now=clock.now, monotonic=clock.now, holder=name)
+
+
+def test_claim_takes_a_free_or_expired_lease_and_extends_its_own():
+    mine = LeaseRecord("a", 3, T0 + 30, "a:1")
+    assert claim(None, "a", "a:1", T0, 30) == LeaseRecord("a", 1, T0 + 30, "a:1")
+    assert claim(mine, "a", "a:1", T0 + 10, 30) == LeaseRecord("a", 3, T0 + 40, "a:1")
+    assert claim(mine, "b", "b:1", T0 + 29, 30) is None  # still held
+    assert claim(mine, "b", "b:1", T0 + 30, 30) == LeaseRecord("b", 4, T0 + 60, "b:1")
+
+
+def test_the_first_candidate_leads_the_other_waits_and_names_it(database):
+    open_table, _ = database
+    clock = ManualClock(T0)
+    a, b = candidate(open_table(), "a", clock), candidate(open_table(), "b", clock)
+    assert a.try_acquire()
+    assert a.epoch == 1
+    clock.advance(10)
+    assert not b.try_acquire()
+    assert b.epoch == 0
+    assert b.leader_address() == "a:1"
+    assert b.retry_in_s() == 10.0  # a third of the lease, less than the 20 s a has left
+    clock.advance(15)
+    assert b.retry_in_s() == 10.0
+    assert not b.try_acquire()
+    assert b.retry_in_s() == 5.0  # a's row expires at T0 + 30
+
+
+def test_renewal_extends_the_lease_and_expiry_hands_it_over(database):
+    open_table, _ = database
+    clock = ManualClock(T0)
+    a, b = candidate(open_table(), "a", clock), candidate(open_table(), "b", clock)
+    assert a.try_acquire()
+    clock.advance(10)
+    assert a.try_acquire()  # renewed at T0 + 10: the row holds until T0 + 40
+    assert a.epoch == 1
+    clock.advance(25)  # T0 + 35: past the first grant, within the renewal
+    assert not b.try_acquire()
+    clock.advance(5)  # T0 + 40: expired
+    assert b.try_acquire()
+    assert b.epoch == 2
+    assert not a.try_acquire()  # a's renewal is refused: deposed for good
+    assert a.deposed
+    assert not a.proven()
+
+
+def test_the_leader_stops_proving_its_lease_before_the_row_expires(database):
+    open_table, _ = database
+    clock = ManualClock(T0)
+    a = candidate(open_table(), "a", clock)
+    assert a.try_acquire()
+    clock.advance(26.9)
+    assert a.proven()
+    a.check()
+    assert a.remaining_s() == pytest.approx(0.1)
+    clock.advance(0.1)  # T0 + 27 = T0 + 30 - 3: the row still has 3 s, the proof none
+    assert not a.proven()
+    with pytest.raises(NotLeader):
+        a.check()
+
+
+def test_a_deposed_leaders_store_writes_nothing(database):
+    open_table, open_store = database
+    clock = ManualClock(T0)
+    a, b = candidate(open_table(), "a", clock), candidate(open_table(), "b", clock)
+    store_a, store_b = open_store(), open_store()
+    store_a.fence, store_b.fence = a, b
+    assert a.try_acquire()
+    job = Job("j1", "alice", make_spec("one"), JobState.PENDING, T0, T0)
+    store_a.save_job(job)
+    clock.advance(LEASE_S)
+    assert b.try_acquire()  # a paused through its whole lease (its clock says so too)
+    with pytest.raises(NotLeader):
+        store_a.save_job(replace(job, id="j2"))
+    with pytest.raises(NotLeader):
+        store_a.append_event(clock.now(), "kind", "from the deposed leader")
+    store_b.save_job(replace(job, id="j3"))
+    assert sorted(store_b.load().jobs) == ["j1", "j3"]
+    assert store_b.events_after(0) == []
+
+
+def test_the_epoch_check_refuses_a_leader_whose_clock_still_believes(database):
+    """A leader's clock running slow (or a lease taken by hand): the row's epoch decides."""
+    open_table, open_store = database
+    a_clock, b_clock = ManualClock(T0), ManualClock(T0 + LEASE_S)
+    a, b = candidate(open_table(), "a", a_clock), candidate(open_table(), "b", b_clock)
+    store_a = open_store()
+    store_a.fence = a
+    assert a.try_acquire()
+    assert b.try_acquire()
+    assert a.proven()  # by a's clock
+    with pytest.raises(NotLeader, match="epoch is 1, the database's epoch 2"):
+        store_a.forget_submit_requests(T0)
+
+
+def test_a_released_lease_is_taken_at_once(database):
+    open_table, _ = database
+    clock = ManualClock(T0)
+    a, b = candidate(open_table(), "a", clock), candidate(open_table(), "b", clock)
+    assert a.try_acquire()
+    a.release()
+    assert not a.proven()
+    assert b.try_acquire()
+    assert b.epoch == 2
+
+
+def test_the_keeper_renews_retries_and_gives_up(database):
+    open_table, _ = database
+    clock = ManualClock(T0)
+    a, b = candidate(open_table(), "a", clock), candidate(open_table(), "b", clock)
+    lost: list[str] = []
+    keeper = LeaseKeeper(a, lost.append)
+    assert a.try_acquire()
+    assert keeper.step() == 10.0  # renewed: next in a third of the lease
+    clock.advance(LEASE_S)
+    assert b.try_acquire()
+    assert keeper.step() is None  # deposed
+    assert a.deposed
+
+
+def test_the_keeper_retries_while_the_database_is_away(tmp_path):
+    clock = ManualClock(T0)
+    table = open_lease_table("", tmp_path)
+    a = candidate(table, "a", clock)
+    keeper = LeaseKeeper(a, lambda _reason: None)
+    assert a.try_acquire()
+    table.close()  # every claim now fails
+    clock.advance(20)
+    assert keeper.step() == 3.0  # a tenth of the lease; 7 s of proof left
+    clock.advance(5)
+    assert keeper.step() == pytest.approx(2.0)  # no more than the proof left
+    clock.advance(2)
+    assert keeper.step() is None
+
+
+def test_the_keepers_watch_steps_down_when_the_proof_ends(tmp_path):
+    """The watch thread, with real time: a lease of 0.3 s never renewed (the renewal thread is
+    not started) ends by itself."""
+    table = open_lease_table("", tmp_path)
+    lease = LeaderLease(table, "a:1", 0.3, holder="a")
+    assert lease.try_acquire()
+    lost = threading.Event()
+    keeper = LeaseKeeper(lease, lambda _reason: lost.set())
+    thread = threading.Thread(target=keeper._watch)
+    thread.start()
+    assert lost.wait(30)
+    thread.join()
+    assert keeper.lost_reason == "the leader lease could not be renewed in time"
+    assert not lease.proven()
+    table.close()
