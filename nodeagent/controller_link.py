@@ -11,7 +11,7 @@ from typing import Protocol
 
 import grpc
 
-from mlsched.client import KEEPALIVE_OPTIONS
+from mlsched.client import KEEPALIVE_OPTIONS, controller_addresses, leader_hint, next_address
 from mlsched.v1 import agent_pb2, agent_pb2_grpc
 from nodeagent import convert
 from nodeagent.clock import Clock, SystemClock
@@ -168,9 +168,11 @@ class ControllerLink:
     """Keeps one AgentSession open, reconnecting with capped exponential backoff.
 
     Messages sent while disconnected are dropped: every (re)registration carries the current
-    status of every task, including ended ones not acknowledged yet. A session refused with
-    UNAUTHENTICATED or PERMISSION_DENIED (wrong join token) is fatal: ``on_fatal`` is called and
-    the link stops.
+    status of every task, including ended ones not acknowledged yet. ``address`` may list the
+    controllers of an HA pair (``host1:port,host2:port``): a lost session goes on at the next
+    one, or at the leader a standby names (it refuses the session UNAVAILABLE meanwhile). A
+    session refused with UNAUTHENTICATED or PERMISSION_DENIED (wrong join token) is fatal:
+    ``on_fatal`` is called and the link stops.
     """
 
     def __init__(
@@ -185,7 +187,8 @@ class ControllerLink:
         clock: Clock | None = None,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        self._address = address
+        self._addresses = controller_addresses(address)
+        self._index = 0
         self._credentials = credentials  # None: plaintext (a controller started --insecure)
         self._join_token = join_token
         self._handler = handler
@@ -284,18 +287,24 @@ class ControllerLink:
             log.info("reconnecting to the controller at %s in %.1fs", self._address, wait)
             self._stopping.wait(wait)
 
+    @property
+    def _address(self) -> str:
+        return self._addresses[self._index]
+
     def _session(self) -> bool:
-        """One session; returns True when the controller answered at all."""
+        """One session; returns True when the controller answered at all, or when a standby
+        named the leader to go to next."""
         options = [
             *KEEPALIVE_OPTIONS,
             ("grpc.initial_reconnect_backoff_ms", int(self._initial_s * 1000)),
             ("grpc.min_reconnect_backoff_ms", int(self._initial_s * 1000)),
             ("grpc.max_reconnect_backoff_ms", max(1, int(self.backoff.cap_s * 1000))),
         ]
+        address = self._address
         if self._credentials is not None:
-            channel = grpc.secure_channel(self._address, self._credentials, options=options)
+            channel = grpc.secure_channel(address, self._credentials, options=options)
         else:
-            channel = grpc.insecure_channel(self._address, options=options)
+            channel = grpc.insecure_channel(address, options=options)
         outbox = Outbox()
         with self._lock:
             self._outbox = outbox
@@ -312,18 +321,22 @@ class ControllerLink:
                 healthy = True
                 self._dispatch(response)
             log.warning("the controller closed the session")
+            self._index = (self._index + 1) % len(self._addresses)
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             details = exc.details() if hasattr(exc, "details") else str(exc)
+            self._index = next_address(self._addresses, self._index, exc)
+            hint = leader_hint(exc)
+            healthy = healthy or bool(hint and hint in self._addresses)
             if code in FATAL_CODES:
                 raise _FatalError(
-                    f"the controller at {self._address} refused this agent "
+                    f"the controller at {address} refused this agent "
                     f"({code.name}: {details}); check the join token "
                     "(--join-token, --join-token-file or MLSCHED_JOIN_TOKEN)"
                 ) from None
             if not self._stopping.is_set():
                 name = code.name if code is not None else "error"
-                log.warning("controller session at %s lost: %s: %s", self._address, name, details)
+                log.warning("controller session at %s lost: %s: %s", address, name, details)
         finally:
             with self._lock:
                 self._outbox = None

@@ -73,7 +73,8 @@ def security_args(args: argparse.Namespace) -> SecurityArgs:
 
 
 def default_join_address(controller: str) -> str:
-    host, _, port = controller.rpartition(":")
+    """The first controller's port + 1 (of a list, the first: an HA pair's, docs in deploy/)."""
+    host, _, port = controller.split(",")[0].strip().rpartition(":")
     if not port.isdigit():
         raise ConfigError(f"cannot derive the join endpoint from {controller!r}")
     return f"{host}:{int(port) + 1}"

@@ -1,0 +1,92 @@
+"""A standby controller's server refuses every call UNAVAILABLE naming the leader, and a client
+given several addresses follows it there (controller.standby, mlsched.client)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from controller.clock import ManualClock
+from controller.leader import LeaderLease
+from controller.server import ControllerConfig
+from controller.standby import StandbyServer
+from controller.store.lease import open_lease_table
+from mlsched.client import NOT_LEADER, Client, leader_hint
+from mlsched.v1 import agent_pb2, agent_pb2_grpc
+from tests.mlsched.test_client import FlakyJobService, serve, spec  # noqa: F401 - a fixture
+
+T0 = 1_000_000.0
+
+
+@pytest.fixture
+def standby(tmp_path: Path) -> Iterator:
+    """start(leader address or None) -> a standby server's address; "a" holds the lease."""
+    servers: list[StandbyServer] = []
+    tables = []
+
+    def start(leader: str | None) -> str:
+        clock = ManualClock(T0)
+        table = open_lease_table("", tmp_path)
+        tables.append(table)
+        if leader is not None:
+            held = LeaderLease(table, leader, 30.0, now=clock.now, monotonic=clock.now)
+            assert held.try_acquire()
+        lease = LeaderLease(table, "", 30.0, now=clock.now, monotonic=clock.now, holder="b")
+        if leader is not None:
+            assert not lease.try_acquire()  # b stands by; it has read a's address
+        config = ControllerConfig(listen="127.0.0.1:0", state_dir=tmp_path, insecure=True)
+        servers.append(StandbyServer(config, lease))
+        return servers[-1].address
+
+    yield start
+    for server in servers:
+        server.stop()
+    for table in tables:
+        table.close()
+
+
+def test_a_standby_refuses_unary_and_stream_calls_naming_the_leader(standby):
+    address = standby("10.0.0.1:50051")
+    with grpc.insecure_channel(address) as channel:
+        with pytest.raises(grpc.RpcError) as unary:
+            Client(address, "alice", retry_delays_s=()).nodes()
+        session = agent_pb2_grpc.AgentServiceStub(channel).AgentSession(
+            iter([agent_pb2.AgentSessionRequest()])
+        )
+        with pytest.raises(grpc.RpcError) as stream:
+            next(session)
+    for exc in (unary.value, stream.value):
+        assert exc.code() is grpc.StatusCode.UNAVAILABLE
+        assert exc.details().startswith(NOT_LEADER)
+        assert leader_hint(exc) == "10.0.0.1:50051"
+
+
+def test_a_client_goes_to_the_leader_a_standby_names(standby, serve):  # noqa: F811
+    leader = serve(FlakyJobService(0, grpc.StatusCode.OK))
+    address = standby(leader)
+    waits: list[float] = []
+    with Client(f"{address},127.0.0.1:1,{leader}", "alice", sleep=waits.append) as client:
+        job = client.submit(spec())
+        assert client.address == leader
+    assert job.id == "j-00000000"
+    assert waits == []  # named, not searched for
+
+
+def test_a_client_tries_every_address_in_rounds_then_gives_up(standby):
+    address = standby(None)  # no leader known
+    waits: list[float] = []
+    client = Client(
+        f"127.0.0.1:1,{address}",
+        "alice",
+        sleep=waits.append,
+        retry_delays_s=(),
+        follow_delays_s=(0.5, 1.0),
+    )
+    with client, pytest.raises(grpc.RpcError) as refused:
+        client.nodes()
+    assert waits == [0.5, 1.0]  # three rounds over two addresses, a pause between rounds
+    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+    assert leader_hint(refused.value) == ""  # a standby that knows no leader
