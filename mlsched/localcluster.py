@@ -157,7 +157,8 @@ class LocalCluster:
         """Start an agent; ``extra`` are more ``mlsched agent`` flags (later flags win). Every
         agent here shares this machine, so each measures its load as its own tasks'
         (``--load-scope tasks``), against the machine's capacities unless ``extra`` sets them
-        (e.g. ``--cpu-capacity 1``)."""
+        (e.g. ``--cpu-capacity 1``). Tasks run as the caller (``--run-tasks-as agent``): a local
+        cluster is one user's."""
         state_dir = self.root / node_id
         cmd = [
             *self._mlsched(),
@@ -179,6 +180,8 @@ class LocalCluster:
             str(self.timing.suspend_grace_s),
             "--load-scope",
             "tasks",
+            "--run-tasks-as",  # one user's cluster: every job is the caller's own
+            "agent",
             *(extra or []),
         ]
         state_dir.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,13 @@ from typing import Any
 from nodeagent.config import AgentConfig, ConfigError
 from nodeagent.credentials import add_security_arguments, channel_credentials, security_args
 from nodeagent.gpus import GpuConfigError
+from nodeagent.taskuser import (
+    DEFAULT_UID_RANGE,
+    RUN_AS_CHOICES,
+    RUN_AS_JOB_USER,
+    TaskUserError,
+    parse_uid_range,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +110,25 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="a suspension whose trainer reports a checkpoint save in progress waits up to this"
         " much longer than twice the grace before SIGKILL (default: 30)",
+    )
+    parser.add_argument(
+        "--run-tasks-as",
+        dest="agent_run_tasks_as",
+        choices=RUN_AS_CHOICES,
+        default=RUN_AS_JOB_USER,
+        help="job-user (default): each task runs under its job's user, the local account of"
+        " that name or a uid of --task-uid-range, isolated from other users' jobs (needs root"
+        " or CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_KILL); agent: every task under this"
+        " agent's uid, no isolation between jobs (a single-user machine)",
+    )
+    parser.add_argument(
+        "--task-uid-range",
+        dest="agent_task_uid_range",
+        type=_uid_range,
+        default=DEFAULT_UID_RANGE,
+        metavar="FIRST-LAST",
+        help="uids for job users without a local account (default:"
+        f" {DEFAULT_UID_RANGE[0]}-{DEFAULT_UID_RANGE[1]})",
     )
     parser.add_argument(
         "--min-free-disk",
@@ -271,11 +297,24 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         overload_samples=args.agent_overload_samples,
         migration_cooldown_s=args.agent_migration_cooldown,
         overload_clear_threshold=args.agent_overload_clear_threshold,
+        run_tasks_as=args.agent_run_tasks_as,
+        task_uid_range=args.agent_task_uid_range,
     )
     if args.agent_node_id:
         config.node_id = args.agent_node_id
     config.validate()
+    try:
+        config.task_users().check_privileges()
+    except TaskUserError as exc:
+        raise ConfigError(str(exc)) from None
     return config
+
+
+def _uid_range(text: str) -> tuple[int, int]:
+    try:
+        return parse_uid_range(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run_from_args(args: argparse.Namespace) -> int:

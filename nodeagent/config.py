@@ -9,6 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeagent.paths import AgentPaths, is_safe_component
+from nodeagent.taskuser import (
+    DEFAULT_UID_RANGE,
+    RUN_AS_CHOICES,
+    RUN_AS_JOB_USER,
+    TaskUsers,
+)
 
 
 class ConfigError(ValueError):
@@ -107,6 +113,8 @@ class AgentConfig:
     self_fence_after_s: float = 30.0
     verify_trainer_peer: bool = True
     min_free_disk_bytes: int = 64 * 1024 * 1024
+    run_tasks_as: str = RUN_AS_JOB_USER
+    task_uid_range: tuple[int, int] = DEFAULT_UID_RANGE
 
     def validate(self) -> None:
         """Raise ConfigError when a setting is unusable."""
@@ -152,9 +160,16 @@ class AgentConfig:
             raise ConfigError("overload_samples must be >= 1")
         if not self.migration_cooldown_s >= 0:
             raise ConfigError("migration_cooldown_s must be >= 0")
+        if self.run_tasks_as not in RUN_AS_CHOICES:
+            raise ConfigError(f"run_tasks_as must be one of {', '.join(RUN_AS_CHOICES)}")
         clear = self.overload_clear_threshold
         if clear is not None and not 0 <= clear <= self.overload_threshold:
             raise ConfigError("overload_clear_threshold must be in [0, overload_threshold]")
+
+    def task_users(self) -> TaskUsers:
+        """Which uid each job's tasks run under (nodeagent/taskuser.py)."""
+        pool_file = self.paths().state_dir / "task-uids.json"
+        return TaskUsers(self.run_tasks_as, pool_file, self.task_uid_range)
 
     def paths(self) -> AgentPaths:
         """The file layout, with the documented defaults filled in."""

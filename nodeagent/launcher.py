@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from typing import Protocol
 import psutil
 
 from nodeagent.records import CREATE_TIME_TOLERANCE_S
+from nodeagent.taskuser import TaskIdentity
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +191,29 @@ def adopt_process(pid: int, create_time: float) -> AdoptedProcess | None:
 
 
 def spawn_task(
-    argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_path: Path, header: str
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path,
+    log_path: Path,
+    header: str,
+    identity: TaskIdentity | None = None,
 ) -> ChildProcess:
-    """Start a task: new session, stdout and stderr appended to ``log_path`` after ``header``.
+    """Start a task: new session, stdout and stderr appended to ``log_path`` after ``header``;
+    under ``identity``'s uid, gid and groups (umask 077) when given, else the agent's.
 
     The new session keeps the task out of the agent's process group, so signals meant for the
     agent (and its exit) do not reach it. Raises OSError when the process cannot be started,
     ValueError when Popen refuses the arguments (a NUL byte in the command or environment).
     """
+    as_user: dict[str, object] = {}
+    if identity is not None:
+        argv = [*capability_drop(), *argv]
+        as_user = {
+            "user": identity.uid,
+            "group": identity.gid,
+            "extra_groups": list(identity.groups),
+            "umask": 0o077,
+        }
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         out.write(header.encode() + b"\n")
@@ -210,8 +227,25 @@ def spawn_task(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            **as_user,  # type: ignore[arg-type]
         )
     return ChildProcess(popen)
+
+
+def capability_drop(euid: int | None = None) -> list[str]:
+    """The prefix that leaves a task none of the agent's capabilities.
+
+    A root agent needs none: the kernel clears every capability when a process of uid 0 takes
+    a nonzero uid. An agent running as a plain user with CAP_SETUID and friends in its ambient
+    set (deploy/systemd) would pass them on through the uid switch and the exec, so the task
+    runs under util-linux's ``setpriv``, which empties the ambient and inheritable sets first.
+    """
+    if (os.geteuid() if euid is None else euid) == 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        raise OSError("setpriv (util-linux) is needed to start tasks without this agent's caps")
+    return [setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--"]
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:

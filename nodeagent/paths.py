@@ -21,6 +21,9 @@ class AgentPaths:
 
     ``<state_dir>/tasks/<job>/rank-<r>-attempt-<a>.json``       task attempt record
     ``<state_dir>/tasks/<job>/rank-<r>-attempt-<a>.exit.json``  the shim's exit record
+    ``<state_dir>/run/<job>/rank-<r>-attempt-<a>/``              a task's own run directory,
+                                                                owned by its uid (its exit
+                                                                record, HOME of a pool uid)
     ``<state_dir>/logs/<job>/rank-<r>.log``                     task output, all attempts
     ``<state_dir>/trainer-address``                             the TrainerService target
     ``<checkpoint_root>/<job>``                                 the job's checkpoint directory
@@ -56,6 +59,15 @@ class AgentPaths:
     def exit_file(self, ref: TaskRef) -> Path:
         """Where the shim of one task attempt writes its exit record (``MLSCHED_EXIT_FILE``)."""
         return self.tasks_dir / ref.job_id / f"rank-{ref.rank}-attempt-{ref.attempt}.exit.json"
+
+    @property
+    def run_root(self) -> Path:
+        """Parent of the tasks' run directories (searchable, not listable, by tasks)."""
+        return self.state_dir / "run"
+
+    def run_dir(self, ref: TaskRef) -> Path:
+        """A task attempt's own directory when it runs under its user's uid."""
+        return self.run_root / ref.job_id / f"rank-{ref.rank}-attempt-{ref.attempt}"
 
     def log_file(self, job_id: str, rank: int) -> Path:
         """The log of one rank of a job; every attempt on this node appends to it."""

@@ -1,18 +1,31 @@
-"""Which local processes hold the other end of a trainer's TCP connection.
+"""Which local processes, and which uids, hold the other end of a trainer's TCP connection.
 
-A task's token alone does not open its trainer session: tasks of every job run under the agent's
-uid, so one job could read another's token (its records, its /proc environment). The agent
-also asks the kernel which processes own the connecting socket and accepts only processes of the
-task's own session (every task starts one: nodeagent/launcher.py), which another job's process
-cannot join."""
+A task's token alone does not open its trainer session. The agent also asks the kernel who owns
+the connecting socket: under ``--run-tasks-as job-user`` the socket's uid must be the task's own
+(the kernel's TCP table names it, readable without privileges); otherwise, with every job under
+the agent's uid, one of the owning processes must be in the task's own session (every task
+starts one: nodeagent/launcher.py), which another job's process cannot join."""
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
+
+PROC_TCP_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who holds the client end of a connection: the processes (those this agent may see) and
+    the uids owning the socket."""
+
+    pids: frozenset[int]
+    uids: frozenset[int]
 
 
 def parse_peer(peer: str) -> tuple[str, int] | None:
@@ -59,3 +72,52 @@ def in_session(pids: set[int], session_id: int) -> bool:
             if os.getsid(pid) == session_id:
                 return True
     return False
+
+
+def _hex_address(text: str) -> tuple[str, int] | None:
+    """``0100007F:1F90`` (a /proc/net/tcp address: 32-bit words in host order, little-endian
+    here) as ("127.0.0.1", 8080); IPv6 addresses likewise, in their shortest form."""
+    addr, _, port = text.partition(":")
+    try:
+        raw = bytes.fromhex(addr)
+        words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+        ip = ipaddress.ip_address(words)
+        return _plain(str(ip)), int(port, 16)
+    except ValueError:
+        return None
+
+
+def socket_uids(client: tuple[str, int], local_port: int, tables: str) -> set[int]:
+    """Uids owning a socket whose local end is ``client`` and remote port ``local_port``, from
+    the text of /proc/net/tcp{,6} (``tables``)."""
+    uids: set[int] = set()
+    for line in tables.splitlines():
+        fields = line.split()
+        if len(fields) < 8 or not fields[7].isdigit():
+            continue  # the header, or a line this parser does not know
+        local, remote = _hex_address(fields[1]), _hex_address(fields[2])
+        if local == client and remote is not None and remote[1] == local_port:
+            uids.add(int(fields[7]))
+    return uids
+
+
+def peer_processes(peer: str, local_port: int) -> Peer:
+    """The processes and uids on the client end ``peer`` of a connection to ``local_port``."""
+    client = parse_peer(peer)
+    if client is None:
+        return Peer(frozenset(), frozenset())
+    tables = ""
+    for table in PROC_TCP_TABLES:
+        with contextlib.suppress(OSError):
+            tables += table.read_text(encoding="ascii", errors="replace")
+    return Peer(
+        frozenset(peer_pids(peer, local_port)), frozenset(socket_uids(client, local_port, tables))
+    )
+
+
+def peer_is_task(peer: Peer, run_uid: int, session_id: int) -> bool:
+    """True when ``peer`` is the task: its socket owned by ``run_uid`` when the task runs under
+    its own uid (``run_uid`` >= 0), else one of its processes in the session ``session_id``."""
+    if run_uid >= 0:
+        return run_uid in peer.uids
+    return in_session(set(peer.pids), session_id)

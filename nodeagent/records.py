@@ -7,6 +7,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +58,7 @@ class TaskRecord:
     kill_reason: str = ""
     stop_reason: str = ""
     final_unacked: bool = False
+    run_uid: int = -1  # the uid the task runs under; -1: the agent's own (nodeagent/taskuser.py)
 
     @property
     def ref(self) -> TaskRef:
@@ -150,6 +152,10 @@ class RecordStore:
         for path in (self._paths.record_file(ref), self._paths.exit_file(ref)):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+        run_dir = self._paths.run_dir(ref)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            run_dir.parent.rmdir()  # only succeeds when empty
         with contextlib.suppress(OSError):
             self._paths.record_file(ref).parent.rmdir()  # only succeeds when empty
 

@@ -36,18 +36,33 @@ from nodeagent.model import (
     TrainerCommand,
 )
 from nodeagent.paths import AgentPaths, is_safe_component
-from nodeagent.peercheck import in_session
+from nodeagent.peercheck import Peer, peer_is_task
 from nodeagent.progress import ProgressRelay
 from nodeagent.records import RecordStore, TaskRecord
 from nodeagent.selffence import ShimFence
 from nodeagent.taskenv import TaskContext, build_task_env
+from nodeagent.taskuser import TaskIdentity, TaskUserError, TaskUsers, prepare_task_dirs
 from nodeagent.trainer_channel import TrainerChannel
 
 log = logging.getLogger(__name__)
 
 FAILURE_LOG_LINES = 20
 
-SpawnFn = Callable[[Sequence[str], Mapping[str, str], Path, Path, str], ChildProcess]
+
+class SpawnFn(Protocol):
+    """Starts a task process (nodeagent.launcher.spawn_task's signature)."""
+
+    def __call__(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        log_path: Path,
+        header: str,
+        identity: TaskIdentity | None = None,
+    ) -> ChildProcess:
+        """Start ``argv``; ``identity``: the uid to run it as (None: the agent's)."""
+        ...
 
 
 class TaskEvents(Protocol):
@@ -111,12 +126,15 @@ class TaskManager:
         base_env: Mapping[str, str] | None = None,
         save_extension_s: float = 0.0,
         shim_fence: Callable[[], ShimFence] | None = None,
+        task_users: TaskUsers | None = None,
     ) -> None:
         """``save_extension_s``: how much longer than twice the grace a suspension may wait
         for a checkpoint save in progress; ``shim_fence``: the deadlines given to each new
         task's shim for when it hears nothing from this agent (None: the shim never
-        fences itself)."""
+        fences itself); ``task_users``: which uid each job's tasks run under (None: the
+        agent's)."""
         self._paths = paths
+        self._task_users = task_users
         self._node = node
         self._events = events
         self._suspend_grace_s = suspend_grace_s
@@ -243,11 +261,31 @@ class TaskManager:
             )
             self._events.task_status(record.status())
 
+    def _exit_file(self, record: TaskRecord) -> Path:
+        """Where the attempt's shim writes its exit record: in its own run directory when it
+        runs under its user's uid."""
+        if record.run_uid >= 0:
+            return self._paths.run_dir(record.ref) / "exit.json"
+        return self._paths.exit_file(record.ref)
+
+    def _identity(self, request: LaunchRequest) -> TaskIdentity | None:
+        if self._task_users is None:
+            return None
+        try:
+            return self._task_users.identity(request.user)
+        except TaskUserError as exc:
+            raise OSError(str(exc)) from exc
+
     def _start(self, request: LaunchRequest, record: TaskRecord) -> ChildProcess:
         ref = request.ref
+        identity = self._identity(request)
         checkpoint_dir = self._paths.checkpoint_dir(ref.job_id)
         checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        exit_file = self._paths.exit_file(ref)
+        if identity is not None:
+            record.run_uid = identity.uid
+            self._store.save(record)
+            prepare_task_dirs(self._paths, ref, identity, checkpoint_dir)
+        exit_file = self._exit_file(record)
         exit_file.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             exit_file.unlink()
@@ -271,6 +309,13 @@ class TaskManager:
         cwd = Path(request.working_dir) if request.working_dir else self._paths.state_dir
         header = f"=== attempt {ref.attempt} on node {self._node.node_id} ==="
         log_path = self._paths.log_file(ref.job_id, ref.rank)
+        if identity is not None:
+            run_dir = str(self._paths.run_dir(ref))
+            env["HOME"] = identity.home or run_dir
+            env["USER"] = env["LOGNAME"] = request.user
+            if cwd == self._paths.state_dir:
+                cwd = Path(run_dir)
+            return self._spawn(request.command, env, cwd, log_path, header, identity=identity)
         return self._spawn(request.command, env, cwd, log_path, header)
 
     def _fail_launch(self, record: TaskRecord, message: str, *, persist: bool = True) -> None:
@@ -400,7 +445,7 @@ class TaskManager:
         self, record: TaskRecord, channel: TrainerChannel | None, returncode: int | None
     ) -> None:
         ref = record.ref
-        exit_record = read_exit_record(self._paths.exit_file(ref))
+        exit_record = read_exit_record(self._exit_file(record))
         decision = decide_end(
             returncode,
             exit_record,
@@ -485,11 +530,12 @@ class TaskManager:
     # ------------------------------------------------------- trainer sessions
 
     def authenticate(
-        self, task_id: str, token: str, peer_pids: set[int] | None = None
+        self, task_id: str, token: str, peer: Peer | None = None
     ) -> tuple[TaskRef, TrainerChannel]:
         """Check a trainer's credentials; raises TrainerAuthError unless it is a running attempt
-        and, given ``peer_pids`` (the processes holding the connection), one of them is in the
-        task's own session: a token read by another job opens nothing (nodeagent/peercheck.py)."""
+        and, given ``peer`` (who holds the connection), the socket is the task's: owned by its
+        uid when it runs as its user, else by a process in its own session. A token read by
+        another job opens nothing (nodeagent/peercheck.py)."""
         try:
             ref = TaskRef.parse(task_id)
         except ValueError as exc:
@@ -500,9 +546,10 @@ class TaskManager:
                 raise TrainerAuthError(f"task {task_id} is not running on this node")
             if not token or not hmac.compare_digest(token.encode(), task.record.token.encode()):
                 raise TrainerAuthError(f"wrong token for task {task_id}")
-            if peer_pids is not None and not in_session(peer_pids, task.record.pid):
+            if peer is not None and not peer_is_task(peer, task.record.run_uid, task.record.pid):
                 raise TrainerAuthError(
-                    f"the connecting process {sorted(peer_pids)} is not one of task {task_id}'s"
+                    f"the connecting socket (processes {sorted(peer.pids)}, uids "
+                    f"{sorted(peer.uids)}) is not task {task_id}'s"
                 )
             return ref, task.channel
 

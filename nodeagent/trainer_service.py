@@ -16,7 +16,7 @@ import grpc
 from mlsched.v1 import trainer_pb2, trainer_pb2_grpc
 from nodeagent import convert
 from nodeagent.model import ProgressInfo, TaskRef
-from nodeagent.peercheck import peer_pids
+from nodeagent.peercheck import Peer, peer_processes
 from nodeagent.records import write_atomic
 from nodeagent.tasks import TrainerAuthError
 from nodeagent.trainer_channel import ChannelClosed, TrainerChannel
@@ -35,10 +35,10 @@ class TrainerBackend(Protocol):
     """What the trainer sessions need from the task table."""
 
     def authenticate(
-        self, task_id: str, token: str, peer_pids: set[int] | None = None
+        self, task_id: str, token: str, peer: Peer | None = None
     ) -> tuple[TaskRef, TrainerChannel]:
         """Raise TrainerAuthError unless ``task_id`` is a running attempt with this token (and,
-        given ``peer_pids``, one of them is a process of that task)."""
+        given ``peer``, the connecting socket belongs to that task)."""
         ...
 
     def on_progress(self, ref: TaskRef, progress: ProgressInfo) -> None:
@@ -67,10 +67,10 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         stopping: threading.Event,
         wait_s: float = 0.5,
         alive_interval_s: float = ALIVE_INTERVAL_S,
-        peer_check: Callable[[str], set[int]] | None = None,
+        peer_check: Callable[[str], Peer] | None = None,
     ):
         self._backend = backend
-        self._peer_check = peer_check  # context.peer() -> pids holding it; None: not checked
+        self._peer_check = peer_check  # context.peer() -> who holds it; None: not checked
         self._stopping = stopping
         self._wait_s = min(wait_s, alive_interval_s)
         self._alive_interval_s = alive_interval_s
@@ -84,9 +84,9 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         metadata = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
         task_id = metadata.get(TASK_ID_KEY, "")
         try:
-            pids = self._peer_check(context.peer()) if self._peer_check is not None else None
+            peer = self._peer_check(context.peer()) if self._peer_check is not None else None
             ref, channel = self._backend.authenticate(
-                task_id, metadata.get(TASK_TOKEN_KEY, ""), pids
+                task_id, metadata.get(TASK_TOKEN_KEY, ""), peer
             )
             generation = channel.attach()
         except (TrainerAuthError, ChannelClosed) as exc:
@@ -170,8 +170,13 @@ class TrainerServer:
         address_file: Path,
         max_workers: int = 64,
         verify_peer: bool = True,
+        interceptors: tuple[grpc.ServerInterceptor, ...] = (),
+        setup: Callable[[grpc.Server], None] | None = None,
     ) -> None:
-        """``verify_peer``: a session is accepted only from a process of the task it names."""
+        """``verify_peer``: a session is accepted only from a process of the task it names;
+        ``setup`` adds more services to the server before it starts (the health service)."""
+        self._interceptors = interceptors
+        self._setup = setup
         self._backend = backend
         self._verify_peer = verify_peer
         self._listen = listen
@@ -186,7 +191,8 @@ class TrainerServer:
         server = grpc.server(
             futures.ThreadPoolExecutor(
                 max_workers=self._max_workers, thread_name_prefix="trainer-session"
-            )
+            ),
+            interceptors=self._interceptors,
         )
         try:
             port = server.add_insecure_port(self._listen)
@@ -194,10 +200,12 @@ class TrainerServer:
             raise OSError(f"cannot listen on {self._listen}: {exc}") from exc
         if port == 0:
             raise OSError(f"cannot listen on {self._listen}")
-        check = functools.partial(peer_pids, local_port=port) if self._verify_peer else None
+        check = functools.partial(peer_processes, local_port=port) if self._verify_peer else None
         trainer_pb2_grpc.add_TrainerServiceServicer_to_server(
             TrainerServicer(self._backend, self._stopping, peer_check=check), server
         )
+        if self._setup is not None:
+            self._setup(server)
         server.start()
         self._server = server
         self.address = advertised_target(self._listen, port)

@@ -281,7 +281,8 @@ def agent_config(tmp_path: Path, controller_address: str, **overrides: Any) -> A
         reconnect_max_s=0.5,
         progress_min_interval_s=0.2,
         task_poll_interval_s=0.05,
-    )
+        run_tasks_as="agent",  # tmp_path is root's own; tests/nodeagent/test_task_users.py
+    )  # runs tasks as their users
     values.update(overrides)
     return AgentConfig(**values)
 
@@ -294,6 +295,7 @@ def launch_message(
     rank: int = 0,
     attempt: int = 1,
     gpu_indices: tuple[int, ...] = (0,),
+    user: str = "",
 ) -> agent_pb2.LaunchTask:
     """A LaunchTask running the test script with ``args`` in ``tmp_path/<job_id>``."""
     workdir = tmp_path / "work" / f"{job_id}-{rank}-{attempt}"
@@ -312,6 +314,7 @@ def launch_message(
         world_size=1,
         local_rank=0,
         local_world_size=1,
+        user=user,
     )
 
 

@@ -475,6 +475,8 @@ def test_sigterm_drains_the_agent_process_and_leaves_tasks_running(
         str(tmp_path / "checkpoints"),
         "--metrics-interval",
         "0.2",
+        "--run-tasks-as",  # tmp_path is root's alone (tests/nodeagent/test_task_users.py)
+        "agent",
     ]
     agent = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

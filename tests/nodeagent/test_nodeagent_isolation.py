@@ -1,6 +1,7 @@
-"""Tasks of different jobs run under one uid; a token one job steals from another (here: from
-the victim's environment, as it could from /proc or the agent's records) must not open the
-victim's trainer session. A real agent, two real task processes launched by it."""
+"""With ``--run-tasks-as agent`` tasks of different jobs run under one uid; a token one job
+steals from another (here: from the victim's environment, as it could from /proc or the agent's
+records) must not open the victim's trainer session. A real agent, two real task processes
+launched by it."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from nodeagent_testkit import (
 
 from mlsched.v1 import common_pb2 as S
 from nodeagent.agent import NodeAgent
-from nodeagent.peercheck import in_session, parse_peer
+from nodeagent.peercheck import Peer, in_session, parse_peer, peer_is_task, socket_uids
 
 # Job B's task: opens its own trainer session, then tries the victim's with the stolen token;
 # writes what each attempt got to result.json in its working directory.
@@ -75,7 +76,7 @@ def test_a_stolen_token_does_not_open_another_tasks_trainer_session(
     assert result["own"] == ["OK", "alive"]  # a task's own session opens
     code, details = result["victim"]
     assert code == "UNAUTHENTICATED"
-    assert "is not one of task j-victim/0/1's" in details
+    assert "is not task j-victim/0/1's" in details
     peer.wait_status("j-thief", S.TASK_STATE_COMPLETED)
 
 
@@ -95,3 +96,38 @@ def test_in_session_needs_a_pid_of_that_session() -> None:
     assert in_session({os.getpid()}, mine)
     assert not in_session({os.getpid()}, mine + 1)
     assert not in_session(set(), mine)
+
+
+def test_peer_is_task_by_uid_when_the_task_runs_as_its_user() -> None:
+    import os
+
+    mine = os.getsid(0)
+    peer = Peer(frozenset({os.getpid()}), frozenset({1500000001}))
+    assert peer_is_task(peer, 1500000001, 0)  # the socket's uid is the task's
+    assert not peer_is_task(peer, 1500000002, mine)  # another user's socket, whatever its pids
+    assert peer_is_task(peer, -1, mine)  # agent's uid: the session decides
+    assert not peer_is_task(Peer(frozenset(), frozenset({0})), -1, mine)
+
+
+# Two lines of /proc/net/tcp as the kernel writes them on a little-endian machine: a client
+# socket 127.0.0.1:41000 (0xA028) -> 127.0.0.1:5000 (0x1388) owned by uid 1500000001, and the
+# listening socket of port 5000 owned by uid 0.
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1388 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1
+   1: 0100007F:A028 0100007F:1388 01 00000000:00000000 00:00000000 00000000 1500000001 0 2 1
+"""
+# /proc/net/tcp6: the same client over a dual-stack socket, ::ffff:127.0.0.1 as four
+# little-endian words.
+V4_MAPPED_LOOPBACK = "0000000000000000FFFF00000100007F"
+PROC_NET_TCP6 = (
+    "  sl  local_address remote_address st tx_queue:rx_queue tr:tm->when retrnsmt uid\n"
+    f"   0: {V4_MAPPED_LOOPBACK}:A029 {V4_MAPPED_LOOPBACK}:1388 01 0:0 0:0 0 1500000002 0 3\n"
+)
+
+
+def test_socket_uids_reads_the_kernels_tcp_tables() -> None:
+    assert socket_uids(("127.0.0.1", 41000), 5000, PROC_NET_TCP) == {1500000001}
+    assert socket_uids(("127.0.0.1", 41001), 5000, PROC_NET_TCP) == set()
+    assert socket_uids(("127.0.0.1", 41000), 5001, PROC_NET_TCP) == set()
+    assert socket_uids(("127.0.0.1", 41001), 5000, PROC_NET_TCP6) == {1500000002}
