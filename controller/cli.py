@@ -92,6 +92,21 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         " (postgresql://user@host:port/db; the postgres extra) [or env MLSCHED_STORE]",
     )
     p.add_argument(
+        "--leader-lease",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="with a PostgreSQL --store: the leader lease of active/standby controllers; a"
+        " standby takes over within this long of the leader's death [%(default)s]",
+    )
+    p.add_argument(
+        "--advertise",
+        default="",
+        metavar="HOST:PORT",
+        help="with a PostgreSQL --store: the address a standby names as this leader's"
+        " [the bound --listen address]",
+    )
+    p.add_argument(
         "--retain-finished",
         type=float,
         default=7 * 24 * 3600.0,
@@ -156,6 +171,7 @@ def run_controller(args: argparse.Namespace) -> int:
         ("--cycle-seconds", args.cycle_seconds),
         ("--heartbeat-timeout", args.heartbeat_timeout),
         ("--heartbeat-interval", args.heartbeat_interval),
+        ("--leader-lease", args.leader_lease),
     ):
         if value <= 0:
             raise SystemExit(f"mlsched: {name} must be positive")
@@ -180,6 +196,10 @@ def run_controller(args: argparse.Namespace) -> int:
             retain_finished_s=args.retain_finished or None,
         ),
     )
+    if config.store_url:  # PostgreSQL: active/standby controllers elect a leader
+        from controller.standby import run_elected
+
+        return run_elected(config, args.leader_lease, args.advertise)
     try:
         controller = Controller(config)
     except ValueError as exc:  # a policy that cannot run live
