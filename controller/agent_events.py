@@ -44,7 +44,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 
-from controller import lifecycle
+from controller import lifecycle, resize
 from controller.commands import AckCommand, KillCommand, SuspendCommand, TaskReport
 from controller.state import LIVE_TASK_STATES, ControllerState
 from mlsched.jobspec import tracked_metric
@@ -233,6 +233,7 @@ class AgentEvents:
             self._record_speed(job, progress)
         self._record_metric(job, progress)
         self._record_sr_overhead(job, attempt)
+        resize.note_progress(self.state, self.state.resizes, job, attempt, progress.batch_size)
         self.state.save_job(job)
 
     # --- observations for the estimator ---------------------------------------------------

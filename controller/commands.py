@@ -59,6 +59,14 @@ class StopTrainingCommand:
 
 
 @dataclass(frozen=True)
+class BatchSizeCommand:
+    """A new global batch for the task's trainer, applied in place at a step boundary."""
+
+    task: TaskRef
+    batch_size: int
+
+
+@dataclass(frozen=True)
 class AckCommand:
     task: TaskRef
 
@@ -77,6 +85,7 @@ Command = (
     | KillCommand
     | LeaseCommand
     | StopTrainingCommand
+    | BatchSizeCommand
     | AckCommand
     | PriorityCommand
 )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from controller.commands import (
     AckCommand,
+    BatchSizeCommand,
     Command,
     KillCommand,
     LaunchCommand,
@@ -69,6 +70,12 @@ def encode(command: Command) -> agent_pb2.AgentSessionResponse:
         return agent_pb2.AgentSessionResponse(
             trainer_command=agent_pb2.TrainerCommand(
                 task=task, stop=agent_pb2.StopTraining(reason=command.reason)
+            )
+        )
+    if isinstance(command, BatchSizeCommand):
+        return agent_pb2.AgentSessionResponse(
+            trainer_command=agent_pb2.TrainerCommand(
+                task=task, set_batch_size=agent_pb2.SetBatchSize(batch_size=command.batch_size)
             )
         )
     if isinstance(command, AckCommand):

@@ -1,12 +1,14 @@
 """The scheduling cycle: liveness, snapshot, policy, and applying its decision.
 
-A decision is applied in this order: suspensions, migrations, renewals, the suspension of
-expired leases nobody renewed, launches, the agents' priorities (``controller.priority_sender``:
-sent only when they change), early stops (``controller.stops``: MLF-C's ``Stop`` orders, sent
-only to jobs still STARTING or RUNNING). A job named by an earlier part is left
-alone by the later ones (a migrated job is neither renewed nor expired). Launches and
-migrations whose GPUs were taken meanwhile (or are reserved for a migration) are skipped;
-malformed ones are refused with a logged reason.
+A decision is applied in this order: suspensions, migrations, resizes of elastic jobs
+(``controller.resize``: in place, or by suspend/resume onto GPUs reserved for the job),
+renewals, the suspension of expired leases nobody renewed, launches, the agents' priorities
+(``controller.priority_sender``: sent only when they change), early stops
+(``controller.stops``: MLF-C's ``Stop`` orders, sent only to jobs still STARTING or RUNNING).
+A job named by an earlier part is left alone by the later ones (a migrated or resized job is
+neither renewed nor expired). Launches and migrations whose GPUs were taken meanwhile (or are
+reserved for a migration or a resize) are skipped; malformed ones are refused with a logged
+reason.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
-from controller import lifecycle, ps_placement, retention
+from controller import lifecycle, ps_placement, resize, retention
 from controller.placement import TaskPlacement
-from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Policy, Stop
+from controller.policy.base import (
+    ClusterSnapshot,
+    Decision,
+    Launch,
+    Migrate,
+    Policy,
+    Stop,
+)
 from controller.priority_sender import PrioritySender
 from controller.snapshot import build_snapshot
 from controller.state import LIVE_TASK_STATES, ControllerState
@@ -92,8 +102,9 @@ class Scheduler:
                 self.check_liveness()
                 self.note_full_disks()
                 lifecycle.resume_pending_migrations(state)
+                resize.resume_ready(state, state.resizes)
                 retention.archive_finished(state)
-            snapshot = build_snapshot(state)
+            snapshot = reserve(build_snapshot(state), state.resizes.reserved())
         started = time.perf_counter()
         decision = self.policy.decide(snapshot)
         self.last_decision_s = time.perf_counter() - started
@@ -181,12 +192,9 @@ class Scheduler:
         for item in decision.migrate:
             if item.job_id not in handled and self._migrate(item):
                 handled.add(item.job_id)
-        for item in decision.resize:  # issue 14: the simulator carries these out, not yet live
-            log.warning(
-                "resize of %s to %d GPUs refused: the live controller does not resize jobs yet",
-                item.job_id,
-                sum(len(p.gpu_indices) for p in item.placement),
-            )
+        for item in decision.resize:
+            if item.job_id not in handled and resize.order(state, state.resizes, item):
+                handled.add(item.job_id)
         for item in decision.renew:
             job = state.job(item.job_id)
             if job is not None and job.state.active and job.id not in handled:
@@ -227,7 +235,8 @@ class Scheduler:
             return
         placement = tuple(sorted(item.placement, key=lambda p: p.rank))
         busy = state.busy_gpus()
-        for node_id, gpus in lifecycle.reserved_gpus(state).items():
+        reserved = (lifecycle.reserved_gpus(state), state.resizes.reserved())
+        for node_id, gpus in (kv for r in reserved for kv in r.items()):
             busy.setdefault(node_id, set()).update(gpus)
         schedulable = {
             n.id: {g.index for g in n.gpus}
@@ -244,7 +253,7 @@ class Scheduler:
                 log.info("launch of %s skipped: %s:%s no longer free", job.id, p.node_id, gpus)
                 return
             busy.setdefault(p.node_id, set()).update(gpus)
-        lifecycle.launch(state, job, placement, item.lease_s)
+        resize.launch(state, state.resizes, job, placement, item.lease_s)
 
     def _migrate(self, item: Migrate) -> bool:
         """Order a migration (``lifecycle.migrate``); True when ordered."""
@@ -306,6 +315,19 @@ class SchedulerLoop:
                 self._scheduler.run_cycle()
             except Exception:  # one bad cycle must not stop scheduling
                 log.exception("scheduling cycle failed")
+
+
+def reserve(snapshot: ClusterSnapshot, reserved: Mapping[str, set[int]]) -> ClusterSnapshot:
+    """``snapshot`` with ``reserved`` GPUs (per node) no longer free."""
+    if not reserved:
+        return snapshot
+    nodes = tuple(
+        replace(n, free_gpu_indices=tuple(g for g in n.free_gpu_indices if g not in held))
+        if (held := reserved.get(n.id))
+        else n
+        for n in snapshot.nodes
+    )
+    return replace(snapshot, nodes=nodes)
 
 
 def user_stops(state: ControllerState) -> list[Stop]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from controller.clock import Clock
 from controller.commands import Command
 from controller.fencing import Fences, assumed_margin_s
+from controller.resize_book import ResizeBook
 from controller.states import check_transition
 from controller.store import Store
 from mlsched.model import Event, Job, JobState, Node, Task, TaskState
@@ -72,6 +73,7 @@ class ControllerState:
         self.nodes: dict[str, Node] = loaded.nodes
         self.connected: set[str] = set()
         self.sr_timings: dict[str, SrTiming] = {}  # job id -> suspend/resume being timed
+        self.resizes = ResizeBook()  # elastic resizes under way (controller.resize)
         self.fences = Fences()  # LOST tasks whose process may still run (controller.fencing)
         self.agent_fence_margin_s: dict[str, float] = {}  # node id -> its self_fence_margin_s
         self.last_event_seq = 0

@@ -19,6 +19,11 @@ overlaps the all-reduce with the backward pass, so every --compute-probe-every s
 script also times a forward and backward pass of the unwrapped model on the same batch (no
 synchronization, gradients discarded) and reports the step's time with its synchronized
 forward and backward replaced by that probe. The probe changes neither weights nor RNG state.
+
+Every --eval-every steps it also reports the mean training loss (metric "loss") and ONES' epoch
+report (examples/progress.py). An elastic job follows `job.scale`: the global batch is split
+over the ranks (`per_gpu_batch_size`), the learning rate scaled as the spec says, and a batch
+changed in place takes effect at a step boundary on every rank (`job.on_scale_change`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from progress import Progress  # examples/progress.py, next to this script
 from synthetic import spirals  # examples/synthetic.py, next to this script
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -131,17 +137,27 @@ def main(argv: list[str] | None = None) -> None:
         torch.manual_seed(args.seed)  # the same initial weights on every rank
         model = build_model(args.hidden, args.classes).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+        global_batch, local_batch = args.batch_size, max(1, args.batch_size // world_size)
+
+        def rescale(scale: trainer_shim.Scale) -> None:
+            """This rank's share of the global batch, and the learning rate for it."""
+            nonlocal global_batch, local_batch
+            global_batch = scale.batch_size or global_batch
+            local_batch = max(1, scale.per_gpu_batch_size or global_batch // world_size)
+            for group in optimizer.param_groups:
+                group["lr"] = args.lr * scale.lr_scale
+
+        job.on_scale_change(rescale)  # every rank registers: should_stop() applies changes
         step = saved_step = job.restore(model, optimizer=optimizer)
+        rescale(job.scale)  # the restored optimizer holds the learning rate it was saved with
+        progress = Progress(**job.load_extra().get("progress", {}), epoch_size=args.train_size)
         ddp_model = DistributedDataParallel(model) if distributed else model
-        global_batch = (job.restored and job.restored.batch_size) or job.batch_size
         loss_value = float("nan")
         probe_every = args.compute_probe_every if distributed else 0
         local_pass_s: float | None = None  # the latest probe's forward + backward
         attempt_steps = 0
 
-        while not job.should_stop():
-            global_batch = job.requested_batch_size() or global_batch
-            local_batch = max(1, global_batch // world_size)
+        while not job.should_stop():  # a batch change is applied in here (rescale)
             started = time.perf_counter()
             generator = batch_generator(args.seed, step, rank)
             index = torch.randint(len(train_x), (local_batch,), generator=generator).to(device)
@@ -168,9 +184,13 @@ def main(argv: list[str] | None = None) -> None:
                 compute = None
                 if local_pass_s is not None:
                     compute = min(elapsed, elapsed - synced_pass_s + local_pass_s)
+            progress.step(global_batch, loss_value, elapsed)
             metrics = None
             if step % args.eval_every == 0:
-                metrics = {"accuracy": accuracy(model, test_x, test_y, distributed)}
+                metrics = {
+                    "accuracy": accuracy(model, test_x, test_y, distributed),
+                    **progress.report(),
+                }
             job.report(
                 step,
                 loss=loss_value,
@@ -179,15 +199,17 @@ def main(argv: list[str] | None = None) -> None:
                 batch_size=global_batch,
                 compute_time=compute,
             )
+            extra = {"progress": progress.saved()}
             if job.should_suspend():  # the same answer on every rank, at the same step
-                job.save_checkpoint(step, model, optimizer=optimizer)
+                job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)
                 break
             if step % args.checkpoint_every == 0:
-                job.save_checkpoint(step, model, optimizer=optimizer)
+                job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)
                 saved_step = step
 
         if job.suspend_reason is None and step != saved_step:
-            job.save_checkpoint(step, model, optimizer=optimizer)  # the final weights
+            extra = {"progress": progress.saved()}
+            job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)  # final weights
         summary = {
             "rank": rank,
             "step": step,

@@ -5,8 +5,12 @@ Resume:    python examples/mlp_classifier.py --max-iterations 600 --checkpoint-d
 Under mlsched the node agent's environment decides the checkpoint directory, resumption,
 the stopping criterion and the initial batch size (docs/task-environment.md).
 
-Reports the loss every step and the held-out accuracy every --eval-every steps; checkpoints
-every --checkpoint-every steps, when asked to suspend (SuspendNow or SIGTERM) and at the end.
+Reports the loss every step and, every --eval-every steps, the held-out accuracy, the mean
+training loss since the last evaluation (metric "loss", SLAQ's input) and ONES' epoch report
+(samples, epoch, epoch_size, initial_loss, throughput, batch_size); checkpoints every
+--checkpoint-every steps, when asked to suspend (SuspendNow or SIGTERM) and at the end.
+An elastic job (docs/elastic.md) follows `job.scale`: its batch and learning rate change in
+place when the scheduler changes the batch, at a step boundary (`job.on_scale_change`).
 Prints one JSON line with the final step, loss and accuracy. Batches are drawn from the global
 torch RNG, which checkpoints carry, so a suspended-and-resumed run matches an uninterrupted one.
 """
@@ -20,6 +24,7 @@ import os
 import time
 
 import torch
+from progress import Progress  # examples/progress.py, next to this script
 from synthetic import spirals  # examples/synthetic.py, next to this script
 from torch import nn
 
@@ -82,14 +87,24 @@ def main(argv: list[str] | None = None) -> None:
         device = job.device
         model = build_model(args.hidden, args.classes).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+        batch_size = args.batch_size
+
+        def rescale(scale: trainer_shim.Scale) -> None:
+            """The batch and learning rate of ``scale`` (linear scaling when the spec asks)."""
+            nonlocal batch_size
+            batch_size = scale.per_gpu_batch_size or batch_size
+            for group in optimizer.param_groups:
+                group["lr"] = args.lr * scale.lr_scale
+
+        job.on_scale_change(rescale)
         step = saved_step = job.restore(model, optimizer=optimizer)
-        batch_size = (job.restored and job.restored.batch_size) or job.batch_size
+        rescale(job.scale)  # the restored optimizer holds the learning rate it was saved with
+        progress = Progress(**job.load_extra().get("progress", {}), epoch_size=args.train_size)
         train_x, train_y = train_x.to(device), train_y.to(device)
         test_x, test_y = test_x.to(device), test_y.to(device)
         loss_value = float("nan")
 
-        while not job.should_stop():
-            batch_size = job.requested_batch_size() or batch_size
+        while not job.should_stop():  # a batch change is applied in here (rescale)
             started = time.perf_counter()
             index = torch.randint(len(train_x), (batch_size,)).to(device)
             loss = nn.functional.cross_entropy(model(train_x[index]), train_y[index])
@@ -98,10 +113,11 @@ def main(argv: list[str] | None = None) -> None:
             optimizer.step()
             step += 1
             loss_value = loss.item()
+            elapsed = time.perf_counter() - started
+            progress.step(batch_size, loss_value, elapsed)
             metrics = None
             if step % args.eval_every == 0:
-                metrics = {"accuracy": accuracy(model, test_x, test_y)}
-            elapsed = time.perf_counter() - started
+                metrics = {"accuracy": accuracy(model, test_x, test_y), **progress.report()}
             job.report(
                 step,
                 loss=loss_value,
@@ -110,15 +126,17 @@ def main(argv: list[str] | None = None) -> None:
                 batch_size=batch_size,
                 compute_time=elapsed,  # one process, no gradient synchronization
             )
+            extra = {"progress": progress.saved()}
             if job.should_suspend():
-                job.save_checkpoint(step, model, optimizer=optimizer)
+                job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)
                 break
             if step % args.checkpoint_every == 0:
-                job.save_checkpoint(step, model, optimizer=optimizer)
+                job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)
                 saved_step = step
 
         if job.suspend_reason is None and step != saved_step:
-            job.save_checkpoint(step, model, optimizer=optimizer)  # the final weights
+            extra = {"progress": progress.saved()}
+            job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)  # final weights
         summary = {
             "step": step,
             "loss": loss_value,

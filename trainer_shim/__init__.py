@@ -20,12 +20,14 @@ This package imports only the standard library, torch, grpc, protobuf and `mlsch
 """
 
 from trainer_shim.context import JobContext, RestoreInfo, init
+from trainer_shim.elastic import Scale
 from trainer_shim.env import TaskEnv, parse_env
 from trainer_shim.stopping import StoppingCriteria, Target
 
 __all__ = [
     "JobContext",
     "RestoreInfo",
+    "Scale",
     "StoppingCriteria",
     "Target",
     "TaskEnv",

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from mlsched.v1 import common_pb2, trainer_pb2
-from trainer_shim import distributed
+from trainer_shim import distributed, elastic
 from trainer_shim.checkpoint import (
     CheckpointStore,
     StaleCheckpointWrite,
@@ -34,6 +34,8 @@ from trainer_shim.session import AgentSession
 from trainer_shim.stopping import ControlState, StoppingCriteria, Target
 
 __all__ = ["JobContext", "RestoreInfo", "init"]
+
+ScaleCallback = Callable[[elastic.Scale], None]
 
 log = logging.getLogger("trainer_shim")
 
@@ -101,6 +103,12 @@ def init(
         exit_file = task_env.exit_file or exit_file
     else:
         criteria = kwargs_criteria
+    scale, controller_batch = elastic.from_env(
+        os.environ if environ is None else environ,
+        task_env.world_size,
+        task_env.rank,
+        batch_size,
+    )
     context = JobContext(
         task_env,
         criteria=criteria,
@@ -111,6 +119,8 @@ def init(
         keep_checkpoints=keep_checkpoints,
         report_interval=report_interval,
         flush_timeout=flush_timeout,
+        scale=scale,
+        controller_batch=controller_batch,
     )
     context._start(handle_sigterm=handle_sigterm)
     return context
@@ -137,6 +147,8 @@ class JobContext:
         keep_checkpoints: int = 2,
         report_interval: float = 0.5,
         flush_timeout: float = 5.0,
+        scale: elastic.Scale | None = None,
+        controller_batch: bool = False,
     ) -> None:
         self.env = task_env
         self.criteria = criteria
@@ -176,7 +188,12 @@ class JobContext:
         self._step = 0
         self._loss: float | None = None
         self._metrics: dict[str, float] = {}
-        self._current_batch_size = batch_size
+        self._scale = scale or elastic.Scale(
+            task_env.world_size, task_env.rank, batch_size, batch_size
+        )
+        self._current_batch_size = self._scale.batch_size
+        self._controller_batch = controller_batch  # the attempt's batch outranks a checkpoint's
+        self._scale_callbacks: list[ScaleCallback] = []
         self._checkpoint_step: int | None = None
         self._restored: RestoreInfo | None = None
         self._restored_step = 0
@@ -377,6 +394,8 @@ class JobContext:
         """
         if self._stop_reason is not None:
             return True
+        if self._scale_callbacks:
+            self.check_scale()
         reason = self._control.stop_reason or self._criteria_reason
         if distributed.is_active():
             if not distributed.any_rank(reason is not None):
@@ -422,6 +441,38 @@ class JobContext:
             value = distributed.from_rank0(value or 0) or None
         return value
 
+    # ------------------------------------------------------------ elastic scale
+
+    @property
+    def scale(self) -> elastic.Scale:
+        """World size, global and per-GPU batch and learning-rate scale this process trains
+        at now (`trainer_shim.Scale`; docs/elastic.md)."""
+        return self._scale
+
+    def on_scale_change(self, callback: ScaleCallback) -> None:
+        """Call `callback(scale)` whenever the batch changes in place (at a step boundary:
+        inside `should_stop()` or `check_scale()`). Under torch.distributed every rank must
+        register, as `should_stop()` then runs one more collective."""
+        self._scale_callbacks.append(callback)
+
+    def check_scale(self) -> elastic.Scale | None:
+        """Apply a batch-size change the agent sent, at a step boundary: the new scale (after
+        calling every registered callback), or None when nothing changed. A collective under
+        torch.distributed, like `requested_batch_size`."""
+        batch = self.requested_batch_size()
+        if batch is None or batch == self._scale.batch_size:
+            return None
+        self._set_scale(self._scale.with_batch(batch))
+        return self._scale
+
+    def _set_scale(self, scale: elastic.Scale) -> None:
+        changed = scale != self._scale
+        self._scale = scale
+        self._current_batch_size = scale.batch_size
+        if changed:
+            for callback in self._scale_callbacks:
+                callback(scale)
+
     # ------------------------------------------------------------ reporting
 
     def report(
@@ -452,8 +503,9 @@ class JobContext:
         if metrics:
             for name, value in metrics.items():
                 self._metrics[name] = float(value)
-        if batch_size is not None:
+        if batch_size is not None and int(batch_size) != self._current_batch_size:
             self._current_batch_size = int(batch_size)
+            self._scale = self._scale.with_batch(int(batch_size))
         if self._criteria_reason is None:
             self._criteria_reason = self.criteria.check(self._step, self._metrics)
         if self._session is None:
@@ -615,8 +667,8 @@ class JobContext:
         self._restored_step = 0 if info is None else info.step
         self._step = self._restored_step
         self._criteria_reason = self.criteria.check(self._step, self._metrics)
-        if info is not None and info.batch_size:
-            self._current_batch_size = info.batch_size
+        if info is not None and info.batch_size and not self._controller_batch:
+            self._set_scale(self._scale.with_batch(int(info.batch_size)))
         self._send_restored(self._restored_step, only_if_unsent=False)
         return self._restored_step
 
