@@ -140,19 +140,21 @@ class JobOperations:
         page.sort(key=lambda item: job_key(item[0]))
         return page[:limit]
 
-    def cancel(self, user: str, job_id: str) -> Job:
+    def cancel(self, user: str, job_id: str, admin: bool = False) -> Job:
+        """Cancel a live job of ``user``'s (any user's for an ``admin``)."""
         with self.state.lock:
-            job = self._own_live_job(user, job_id)
+            job = self._own_live_job(user, job_id, admin)
             with self.state.atomic(job):
                 lifecycle.cancel(self.state, job, f"cancelled by {user}")
             return job
 
-    def stop(self, user: str, job_id: str, reason: str = "") -> Job:
+    def stop(self, user: str, job_id: str, reason: str = "", admin: bool = False) -> Job:
         """Finish a job now and keep its model. A running job is told to checkpoint and end
         COMPLETED at its next step (the scheduler sends the order, as for MLF-C's stops); a
-        suspended one completes at once from its checkpoint. Idempotent until the job ends."""
+        suspended one completes at once from its checkpoint. Idempotent until the job ends.
+        An ``admin`` may stop any user's job."""
         with self.state.lock:
-            job = self._own_live_job(user, job_id)
+            job = self._own_live_job(user, job_id, admin)
             if job.state is JobState.CANCELLING:
                 raise FailedPrecondition(f"job {job_id} is being cancelled")
             if job.state.queued and job.checkpoint_step == 0:
@@ -169,11 +171,11 @@ class JobOperations:
                     lifecycle.finish_stopped(self.state, job)
             return job
 
-    def _own_live_job(self, user: str, job_id: str) -> Job:
+    def _own_live_job(self, user: str, job_id: str, admin: bool = False) -> Job:
         job = self.state.job(job_id)
         if job is None:
             raise NotFound(f"no job {job_id!r}")
-        if job.user != user:
+        if job.user != user and not admin:
             raise PermissionDenied(f"job {job_id} belongs to {job.user!r}, not {user!r}")
         if job.state.terminal:
             raise FailedPrecondition(f"job {job_id} already ended: {job.state.value}")

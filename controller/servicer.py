@@ -135,7 +135,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def CancelJob(
         self, request: jobs_pb2.CancelJobRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.CancelJobResponse:
-        job = self._ops.cancel(self._guard.person(context).name, request.job_id)
+        who = self._guard.person(context)
+        job = self._ops.cancel(who.name, request.job_id, admin=who.is_admin)
         self._on_change()
         _, tasks = self._ops.get(job.id)
         return jobs_pb2.CancelJobResponse(job=serde.job_to_proto(job, tasks))
@@ -144,7 +145,8 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
     def StopJob(
         self, request: jobs_pb2.StopJobRequest, context: grpc.ServicerContext
     ) -> jobs_pb2.StopJobResponse:
-        job = self._ops.stop(self._guard.person(context).name, request.job_id, request.reason)
+        who = self._guard.person(context)
+        job = self._ops.stop(who.name, request.job_id, request.reason, admin=who.is_admin)
         self._on_change()
         _, tasks = self._ops.get(job.id)
         return jobs_pb2.StopJobResponse(job=serde.job_to_proto(job, tasks))

@@ -219,6 +219,22 @@ def test_another_users_job_shows_no_env_arguments_or_logs(cluster: Cluster) -> N
         assert list(full.spec.command) == ["python", "train.py", "--api-key", "s3cr3t"]
 
 
+def test_an_admin_may_stop_and_cancel_any_users_job_and_is_named_for_it(
+    cluster: Cluster,
+) -> None:
+    alice, root = cluster.jobs("alice"), cluster.jobs("root", ADMIN)
+    job_id = alice.SubmitJob(jobs_pb2.SubmitJobRequest(spec=secret_spec()), timeout=WAIT_S).job.id
+    err = rpc_error(lambda: root.StopJob(jobs_pb2.StopJobRequest(job_id=job_id), timeout=WAIT_S))
+    assert err.code() == Code.FAILED_PRECONDITION  # allowed, but queued without a checkpoint
+    cancelled = root.CancelJob(jobs_pb2.CancelJobRequest(job_id=job_id), timeout=WAIT_S).job
+    assert cancelled.user == "alice"
+    events = list(alice.WatchEvents(jobs_pb2.WatchEventsRequest(), timeout=WAIT_S))
+    assert any(
+        e.event.kind == "job_state" and e.event.message == "PENDING -> CANCELLED: cancelled by root"
+        for e in events
+    ), [(e.event.kind, e.event.message) for e in events]
+
+
 def test_a_node_certificate_cannot_use_the_job_service(cluster: Cluster) -> None:
     stub = cluster.jobs("node-a", NODE)
     err = rpc_error(lambda: stub.ListJobs(jobs_pb2.ListJobsRequest(), timeout=WAIT_S))
