@@ -7,6 +7,7 @@ leader's own clock, until t + 30 - 3 (the 10 % margin)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -207,3 +208,47 @@ def test_the_keepers_watch_steps_down_when_the_proof_ends(tmp_path):
     assert keeper.lost_reason == "the leader lease could not be renewed in time"
     assert not lease.proven()
     table.close()
+
+
+def test_a_takeover_waits_for_the_leaders_transaction_in_flight(postgres_server):
+    """PostgreSQL: the leader's transaction holds the lease row FOR SHARE, so a standby's claim
+    (FOR UPDATE) waits for it; the write lands before the takeover and the new leader loads it."""
+    import psycopg
+
+    from controller.store.postgres import PostgresStore
+
+    with pg_server.database(postgres_server) as conninfo:
+        a_clock, b_clock = ManualClock(T0), ManualClock(T0 + LEASE_S)  # b sees a's lease over
+        a = candidate(LeaseTable(psycopg.connect(conninfo, autocommit=True), True), "a", a_clock)
+        b = candidate(LeaseTable(psycopg.connect(conninfo, autocommit=True), True), "b", b_clock)
+        store_a, store_b = PostgresStore(conninfo), PostgresStore(conninfo)
+        store_a.fence = a
+        watcher = psycopg.connect(conninfo, autocommit=True)
+        try:
+            assert a.try_acquire()
+            won: list[bool] = []
+            claimer = threading.Thread(target=lambda: won.append(b.try_acquire()))
+            job = Job("j1", "alice", make_spec("one"), JobState.PENDING, T0, T0)
+            with store_a.transaction():
+                claimer.start()
+                wait_for_a_blocked_lock(watcher)
+                assert won == []
+                store_a.save_job(job)
+            claimer.join(timeout=60)
+            assert won == [True]
+            assert b.epoch == 2
+            assert list(store_b.load().jobs) == ["j1"]
+            with pytest.raises(NotLeader):
+                store_a.save_job(replace(job, id="j2"))
+        finally:
+            for thing in (store_a, store_b, watcher):
+                thing.close()
+
+
+def wait_for_a_blocked_lock(conn, timeout_s: float = 60.0) -> None:
+    """Until some session of this database waits for a lock (pg_locks: not granted)."""
+    deadline = time.monotonic() + timeout_s
+    query = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+    while conn.execute(query).fetchone()[0] == 0:
+        assert time.monotonic() < deadline, "the claim never waited for the leader's lock"
+        time.sleep(0.01)
