@@ -81,7 +81,10 @@ def run_elected(config: ControllerConfig, lease_s: float, advertise: str = "") -
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    table = open_lease_table(config.store_url, config.state_dir)
+    try:
+        table = open_lease_table(config.store_url, config.state_dir)
+    except Exception as exc:  # unreachable, refused, no such database (the URL may hold a secret)
+        raise SystemExit(f"mlsched: cannot open the store's database: {exc}") from None
     lease = LeaderLease(table, advertise, lease_s)
     standby = StandbyServer(config, lease)
     lease.address = advertise or standby.address
