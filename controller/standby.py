@@ -77,6 +77,7 @@ class StandbyServer:
 
 def run_elected(config: ControllerConfig, lease_s: float, advertise: str = "") -> int:
     """Run a controller that serves only while it holds the lease; returns the exit status."""
+    config = with_advertised_name(config, advertise)
     config.state_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -112,6 +113,15 @@ def run_elected(config: ControllerConfig, lease_s: float, advertise: str = "") -
     table.close()
     print("controller stopped", file=sys.stderr)
     return 0
+
+
+def with_advertised_name(config: ControllerConfig, advertise: str) -> ControllerConfig:
+    """The config whose server certificate also names the advertised host: standbys send
+    clients and agents there."""
+    host = advertise.rpartition(":")[0].strip("[]")
+    if not host or host in config.tls_names:
+        return config
+    return dataclasses.replace(config, tls_names=(*config.tls_names, host))
 
 
 def _take_over(config: ControllerConfig, port: int, lease: LeaderLease) -> Controller:

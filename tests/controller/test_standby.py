@@ -12,7 +12,7 @@ import pytest
 from controller.clock import ManualClock
 from controller.leader import LeaderLease
 from controller.server import ControllerConfig
-from controller.standby import StandbyServer
+from controller.standby import StandbyServer, with_advertised_name
 from controller.store.lease import open_lease_table
 from mlsched.client import NOT_LEADER, Client, leader_hint
 from mlsched.v1 import agent_pb2, agent_pb2_grpc
@@ -90,3 +90,12 @@ def test_a_client_tries_every_address_in_rounds_then_gives_up(standby):
     assert waits == [0.5, 1.0]  # three rounds over two addresses, a pause between rounds
     assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
     assert leader_hint(refused.value) == ""  # a standby that knows no leader
+
+
+def test_the_advertised_host_is_named_in_the_server_certificate(tmp_path):
+    config = ControllerConfig(listen="0.0.0.0:50051", state_dir=tmp_path, tls_names=("alias",))
+    named = with_advertised_name(config, "ctl-1.example.internal:50051")
+    assert named.tls_names == ("alias", "ctl-1.example.internal")
+    assert with_advertised_name(named, "ctl-1.example.internal:50051") == named
+    assert with_advertised_name(config, "[fd00::1]:50051").tls_names == ("alias", "fd00::1")
+    assert with_advertised_name(config, "") == config
