@@ -45,16 +45,18 @@ LAUNCH_SLICE_S = 0.01
 def placement_problem(spec: JobSpec, placement: tuple[TaskPlacement, ...]) -> str | None:
     """Why ``placement`` cannot run a job of ``spec``; None when it can.
 
-    A launch runs 1 to ``spec.num_tasks`` whole processes (fewer for a profiling run), ranked
-    0..k-1, each on ``gpus_per_process`` distinct GPUs of one node, no GPU given twice. A PS
-    job's two roles: :func:`controller.ps_placement.placement_problem`.
+    A launch runs 1 to ``spec.num_tasks`` whole processes (fewer for a profiling run; an
+    elastic job up to its ``max_gpus``), ranked 0..k-1, each on ``gpus_per_process`` distinct
+    GPUs of one node, no GPU given twice. A PS job's two roles:
+    :func:`controller.ps_placement.placement_problem`.
     """
     if spec.ps.enabled:
         return ps_placement.placement_problem(spec, placement)
     k, per = len(placement), spec.gpus_per_process
-    if not 1 <= k <= spec.num_tasks:
+    most = max(spec.num_tasks, spec.elastic.max_gpus // per if spec.elastic.enabled else 0)
+    if not 1 <= k <= most:
         return (
-            f"{k} processes placed; the job runs 1 to {spec.num_tasks} "
+            f"{k} processes placed; the job runs 1 to {most} "
             f"({spec.gpus} GPUs, {per} per process)"
         )
     ranks = sorted(p.rank for p in placement)

@@ -115,10 +115,13 @@ def cmd_jobs(client: Any, args: argparse.Namespace) -> int:
 @_with_client
 def cmd_describe(client: Any, args: argparse.Namespace) -> int:
     job, tasks = client.get(args.job)
+    events = render.resize_events(client.events(job_id=job.id)) if job.spec.elastic.enabled else []
     if args.json:
-        _print_json(render.job_dict(job, tasks))
+        _print_json(
+            {**render.job_dict(job, tasks), "resizes": [render.event_dict(e) for e in events]}
+        )
     else:
-        print(render.describe(job, tasks))
+        print(render.describe(job, tasks, events))
     return 0
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mlsched.jobspec import mlfs_to_dict, stopping_to_dict
 from mlsched.model import (
+    BatchRule,
     Event,
     Job,
     JobEstimate,
@@ -333,7 +334,40 @@ def _observation_lines(job: Job) -> list[str]:
     return lines
 
 
-def describe(job: Job, tasks: Sequence[Task]) -> str:
+RESIZE_EVENTS = {
+    "resize_ordered": "ordered",
+    "job_resized": "done",
+    "resize_abandoned": "abandoned",
+}
+
+
+def resize_events(events: Iterable[Event]) -> list[Event]:
+    """The events of a job's resizes (issue 14), oldest first."""
+    return [e for e in events if e.kind in RESIZE_EVENTS]
+
+
+def _elastic_lines(job: Job, events: Sequence[Event]) -> list[str]:
+    """An elastic job's range and batch rule, and its resizes as the controller recorded them
+    (each order with the policy's reason, each completion with its measured cost)."""
+    elastic = job.spec.elastic
+    if not elastic.enabled:
+        return []
+    batch = elastic.batch.value
+    if elastic.batch is BatchRule.SCHEDULER:
+        batch += f" up to {elastic.max_batch_size}"
+    lines = [
+        f"elastic: {elastic.min_gpus} to {elastic.max_gpus} GPUs; batch {batch} "
+        f"(base {job.spec.batch_size}); learning rate "
+        + ("scaled linearly" if elastic.linear_lr else "fixed"),
+        "resizes:" if events else "resizes: none yet",
+    ]
+    start = events[0].time if events else 0.0
+    lines.extend(f"  +{e.time - start:7.1f} s {RESIZE_EVENTS[e.kind]}: {e.message}" for e in events)
+    return lines
+
+
+def describe(job: Job, tasks: Sequence[Task], events: Sequence[Event] = ()) -> str:
+    """The job in detail; ``events`` (the job's) add its resizes."""
     d = job_dict(job, tasks)
     lines = [f"{k}: {v}" for k, v in d.items() if k not in _SECTIONS]
     if d["stop_reason"] is not None:
@@ -341,6 +375,7 @@ def describe(job: Job, tasks: Sequence[Task]) -> str:
     lines.extend(_mlfs_lines(job.spec.mlfs))
     lines.extend(_estimate_lines(job.estimate))
     lines.extend(_observation_lines(job))
+    lines.extend(_elastic_lines(job, resize_events(events)))
     lines.append("resumptions:")
     lines.extend(
         f"  suspended on {','.join(r.from_nodes)} at checkpoint step {r.checkpoint_step}"

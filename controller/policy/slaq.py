@@ -66,7 +66,19 @@ class SlaqPolicy:
                 targets[job.id] = held(job)
         live = {j.id for j in (*snapshot.active, *snapshot.queued)}
         self._fits = {k: v for k, v in self._fits.items() if k in live}
-        return plan(snapshot, targets, order, self.name)
+        reasons = {j.id: self.explain(j, targets.get(j.id, held(j)), epoch) for j in expired}
+        return plan(snapshot, targets, order, self.name, reasons)
+
+    def explain(self, job: JobView, units: int, epoch: float) -> str:
+        """The prediction behind moving ``job`` to ``units`` GPUs (a resize's reason)."""
+        have = held(job)
+        if self.predict(job, epoch) is None:
+            return f"{self.name}: no loss prediction yet (unconverged: up to its request first)"
+        return (
+            f"{self.name}: predicted normalised loss reduction over the next {epoch:g} s "
+            f"{self._gain(job, units, epoch):.4f} on {units} GPUs "
+            f"against {self._gain(job, have, epoch):.4f} on {have}"
+        )
 
     # --- Algorithm 1 ------------------------------------------------------------------------
     def allocate(self, jobs: list[JobView], capacity: int, epoch: float) -> dict[str, int]:

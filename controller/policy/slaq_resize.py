@@ -39,7 +39,11 @@ def plan(
     targets: Mapping[str, int],
     order: Sequence[JobView],
     reason: str,
+    reasons: Mapping[str, str] | None = None,
 ) -> Decision:
+    """The decision that moves expired jobs to their ``targets`` and launches queued ones
+    (module docstring); a resize's reason is ``reasons[job id]`` when given, else ``reason``."""
+    why = dict(reasons or {})
     lease = snapshot.default_lease_s
     free = {n.id: list(n.free_gpu_indices) for n in snapshot.nodes}
     renew, resize, launch = [], [], []
@@ -52,14 +56,17 @@ def plan(
         keep = _keep(job, want)
         for p in job.placement:
             free[p.node_id].extend(g for g in p.gpu_indices if (p.node_id, g) not in keep)
-        resize.append(Resize(job.id, placement_for(keep, job), lease, reason=reason))
+        resize.append(
+            Resize(job.id, placement_for(keep, job), lease, reason=why.get(job.id, reason))
+        )
     for job, want in grows:
         have = held(job)
         own = [(p.node_id, g) for p in job.placement for g in p.gpu_indices]
         nodes = {n for n, _ in own}
         extra = take_gpus(free, want - have, prefer=nodes)
         if extra:
-            resize.append(Resize(job.id, placement_for(own + extra, job), lease, reason=reason))
+            placement = placement_for(own + extra, job)
+            resize.append(Resize(job.id, placement, lease, reason=why.get(job.id, reason)))
         else:
             renew.append(Renew(job.id, lease))
     for job in order:
