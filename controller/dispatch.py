@@ -3,11 +3,12 @@ of the agents' load reports and migration requests (MLFS)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
-import queue
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from controller.commands import (
@@ -135,31 +136,56 @@ def migration_request_from_proto(msg: agent_pb2.MigrationRequest) -> MigrationRe
 
 
 _CLOSED = object()
+# Commands queued for one agent before its session is cut (RESOURCE_EXHAUSTED): an agent that
+# stopped reading must not grow the controller's memory; on its next registration the
+# reconciliation repeats what still matters. A cycle sends a node a few commands per task.
+OUTBOX_LIMIT = 10_000
 
 
-@dataclass
 class AgentSession:
-    node_id: str
-    outbox: queue.Queue = field(default_factory=queue.Queue)
-    closed: threading.Event = field(default_factory=threading.Event)
+    """One agent's outbound queue. ``put`` and ``close`` may be called from any thread; the
+    queue lives on the server's event loop and ``next`` is awaited there."""
+
+    def __init__(
+        self, node_id: str, loop: asyncio.AbstractEventLoop, limit: int = OUTBOX_LIMIT
+    ) -> None:
+        self.node_id = node_id
+        self.overflowed = False  # closed because ``limit`` messages were waiting
+        self._loop = loop
+        self._limit = limit
+        self._outbox: asyncio.Queue[object] = asyncio.Queue()
+        self._closed = False
 
     def put(self, message: agent_pb2.AgentSessionResponse) -> None:
-        if not self.closed.is_set():
-            self.outbox.put(message)
+        self._soon(self._put, message)
 
     def close(self) -> None:
-        self.closed.set()
-        self.outbox.put(_CLOSED)
+        self._soon(self._close)
 
-    def next(self, timeout: float) -> agent_pb2.AgentSessionResponse | None:
-        """The next message, ``None`` on timeout; raises ``EOFError`` once closed."""
-        try:
-            item = self.outbox.get(timeout=timeout)
-        except queue.Empty:
-            return None
+    def _soon(self, callback: Callable[..., None], *args: object) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server has stopped
+            self._loop.call_soon_threadsafe(callback, *args)
+
+    def _put(self, message: agent_pb2.AgentSessionResponse) -> None:
+        if self._closed:
+            return
+        if self._outbox.qsize() >= self._limit:
+            self.overflowed = True
+            self._close()
+            return
+        self._outbox.put_nowait(message)
+
+    def _close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._outbox.put_nowait(_CLOSED)
+
+    async def next(self) -> agent_pb2.AgentSessionResponse:
+        """The next message; raises ``EOFError`` once closed."""
+        item = await self._outbox.get()
         if item is _CLOSED:
             raise EOFError
-        return item
+        return item  # type: ignore[return-value]
 
 
 @dataclass
@@ -176,8 +202,8 @@ class AgentSessions:
         self._sessions: dict[str, AgentSession] = {}
         self._pending: dict[str, _PendingLogs] = {}
 
-    def open(self, node_id: str) -> AgentSession:
-        session = AgentSession(node_id)
+    def open(self, node_id: str, loop: asyncio.AbstractEventLoop) -> AgentSession:
+        session = AgentSession(node_id, loop)
         with self._lock:
             old = self._sessions.get(node_id)
             self._sessions[node_id] = session

@@ -23,6 +23,7 @@ from controller.jobs import JobOperations
 from controller.policy import Policy, make_policy
 from controller.policy.base import needs_job_truth
 from controller.policy.registry import DEFAULT_POLICY
+from controller.rpc_loop import Bell, EventForwarder, RpcLoop
 from controller.scheduler import Scheduler, SchedulerLoop
 from controller.servicer import AgentServicer, JobServicer
 from controller.state import ControllerSettings, ControllerState
@@ -34,8 +35,14 @@ from mlsched.v1 import agent_pb2_grpc, identity_pb2_grpc, jobs_pb2_grpc
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "controller.lock"
-# Agents' sessions hold a thread each; users' streams may hold at most UserLimits.streams_total.
-RPC_THREADS = 256
+# Streams (agent sessions, event follows) are coroutines on one event loop (controller.rpc_loop)
+# and hold no thread. Unary calls run in a pool of UNARY_THREADS: a log fetch may hold one for
+# LOG_FETCH_TIMEOUT_S, and users' long calls are capped at UserLimits.streams_total (64), so
+# 32 threads stay for everything else. What a stream must do that blocks (an agent report
+# waiting for the state lock, a store read of events) runs in BLOCKING_THREADS, one call at a
+# time per stream.
+UNARY_THREADS = 96
+BLOCKING_THREADS = 8
 
 # The server's side of keepalive: it pings idle agents and CLIs as often as they ping it (a
 # session whose agent stopped answering is closed), and accepts their pings, even without an
@@ -84,6 +91,7 @@ class Controller:
         try:
             self._assemble(config, clock, policy)
         except BaseException:
+            self._close_rpc()
             self._lock.release()
             raise
 
@@ -97,13 +105,23 @@ class Controller:
         self.scheduler = Scheduler(self.state, policy, disconnect=self.sessions.disconnect)
         self.loop = SchedulerLoop(self.scheduler, config.settings.cycle_s)
         self.ops = JobOperations(self.state)
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=RPC_THREADS, thread_name_prefix="rpc"),
-            options=SERVER_OPTIONS,
-        )
+        self.rpc = RpcLoop()
+        self._unary = futures.ThreadPoolExecutor(UNARY_THREADS, thread_name_prefix="rpc")
+        self._blocking = futures.ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="report")
+        self.server = self.rpc.run(_aio_server(self._unary))
+        self.bell = Bell(self.rpc.loop)
+        self._forwarder: EventForwarder | None = None
         guard = Guard(config.limits, allow_claims=config.insecure)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(
-            JobServicer(self.ops, self.state, self.sessions, self.loop.trigger, guard),
+            JobServicer(
+                self.ops,
+                self.state,
+                self.sessions,
+                self.loop.trigger,
+                self.bell,
+                self._blocking,
+                guard,
+            ),
             self.server,
         )
         agent_pb2_grpc.add_AgentServiceServicer_to_server(
@@ -113,6 +131,7 @@ class Controller:
                 self.sessions,
                 self.loop.trigger,
                 config.heartbeat_interval_s,
+                self._blocking,
             ),
             self.server,
         )
@@ -153,7 +172,10 @@ class Controller:
             self.state.emit("node_joined", message, node_id=node_id)
 
     def start(self) -> None:
-        self.server.start()
+        self.rpc.run(self.server.start())
+        self._forwarder = EventForwarder(
+            self.state.changed, lambda: self.state.last_event_seq, self.bell
+        )
         self.loop.start()
         _write_atomic(self.config.state_dir / "controller.addr", self.address + "\n")
         if self.config.insecure:
@@ -188,9 +210,27 @@ class Controller:
             return
         self._stopped = True
         self.loop.stop()
-        self.server.stop(grace_s).wait()
+        self.rpc.run(self.server.stop(grace_s))
+        if self._forwarder is not None:
+            self._forwarder.stop()
+        self._close_rpc()
         self.store.close()
         self._lock.release()
+
+    def _close_rpc(self) -> None:
+        """The event loop's thread and both pools (whatever of them was made)."""
+        for name in ("_blocking", "_unary"):
+            pool = getattr(self, name, None)
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        rpc = getattr(self, "rpc", None)
+        if rpc is not None:
+            rpc.close()
+
+
+async def _aio_server(unary: futures.ThreadPoolExecutor) -> grpc.aio.Server:
+    """Made on the loop it serves from; unary (synchronous) handlers run in ``unary``."""
+    return grpc.aio.server(migration_thread_pool=unary, options=SERVER_OPTIONS)
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -5,12 +5,14 @@ Each domain error maps to one status code; see docs/wire.md.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import hmac
 import logging
 import sqlite3
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 import grpc
@@ -23,6 +25,8 @@ from controller.auth.spec_limits import check_spec
 from controller.auth.visibility import may_see_all, visible, visible_event
 from controller.commands import TaskRef, TaskReport
 from controller.dispatch import (
+    OUTBOX_LIMIT,
+    AgentSession,
     AgentSessions,
     migration_request_from_proto,
     node_load_from_proto,
@@ -37,6 +41,7 @@ from controller.errors import (
 )
 from controller.fencing import valid_margin_s
 from controller.jobs import JobOperations
+from controller.rpc_loop import Abort, Aborts, Bell, abort_with
 from controller.state import ControllerState
 from mlsched import serde
 from mlsched.model import Node
@@ -48,6 +53,7 @@ log = logging.getLogger(__name__)
 JOIN_TOKEN_KEY = "mlsched-join-token"
 DEFAULT_LOG_BYTES = 64 * 1024
 LOG_FETCH_TIMEOUT_S = 10.0
+FOLLOW_POLL_S = 1.0  # a follower looks at the store at least this often, rung or not
 
 _STATUS = {
     NotFound: grpc.StatusCode.NOT_FOUND,
@@ -63,6 +69,7 @@ _STATUS = {
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def maps_errors(method: F) -> F:
@@ -90,8 +97,12 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
         state: ControllerState,
         sessions: AgentSessions,
         on_change: Callable[[], None],
+        bell: Bell,
+        blocking: Executor,
         guard: Guard | None = None,
     ) -> None:
+        self._bell = bell
+        self._blocking = blocking
         self._ops = ops
         self._state = state
         self._sessions = sessions
@@ -184,19 +195,31 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
             node_id=node_id, content=reply.content, truncated=reply.truncated
         )
 
-    def WatchEvents(
-        self, request: jobs_pb2.WatchEventsRequest, context: grpc.ServicerContext
-    ) -> Iterator[jobs_pb2.WatchEventsResponse]:
-        who = self._guard.person(context)
-        with self._guard.stream(who, context):
-            yield from self._events(request, context, who)
+    async def WatchEvents(
+        self, request: jobs_pb2.WatchEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[jobs_pb2.WatchEventsResponse]:
+        """A coroutine on the server's loop, not a thread: the store is read in the blocking
+        pool, a follower waits for the event bell (issue 12 #1)."""
+        checks = Aborts(context)
+        with contextlib.ExitStack() as slot:
+            try:
+                who = self._guard.person(checks)
+                slot.enter_context(self._guard.stream(who, checks))
+            except Abort as abort:
+                await abort_with(context, abort)
+            async for reply in self._events(request, who):
+                yield reply
 
-    def _events(
-        self, request: jobs_pb2.WatchEventsRequest, context: grpc.ServicerContext, who: Identity
-    ) -> Iterator[jobs_pb2.WatchEventsResponse]:
+    async def _events(
+        self, request: jobs_pb2.WatchEventsRequest, who: Identity
+    ) -> AsyncIterator[jobs_pb2.WatchEventsResponse]:
+        loop = asyncio.get_running_loop()
         after = request.after_seq
-        while context.is_active():
-            events = self._state.store.events_after(after, request.job_id)
+        while True:
+            ticket = self._bell.ticket()  # before reading: a later event rings it
+            events = await loop.run_in_executor(
+                self._blocking, self._state.store.events_after, after, request.job_id
+            )
             for event in events:
                 seen = visible_event(who, event)
                 yield jobs_pb2.WatchEventsResponse(event=serde.event_to_proto(seen))
@@ -205,9 +228,7 @@ class JobServicer(jobs_pb2_grpc.JobServiceServicer):
                 continue
             if not request.follow:
                 return
-            with self._state.lock:
-                if self._state.last_event_seq <= after:
-                    self._state.changed.wait(timeout=1.0)
+            await self._bell.wait(ticket, FOLLOW_POLL_S)
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
@@ -218,58 +239,89 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         sessions: AgentSessions,
         on_change: Callable[[], None],
         heartbeat_interval_s: float,
+        blocking: Executor,
     ) -> None:
+        self._blocking = blocking
         self._join_token = join_token
         self._events = events
         self._sessions = sessions
         self._on_change = on_change
         self._heartbeat_interval_s = heartbeat_interval_s
 
-    def AgentSession(
+    async def AgentSession(
         self,
-        request_iterator: Iterator[agent_pb2.AgentSessionRequest],
-        context: grpc.ServicerContext,
-    ) -> Iterator[agent_pb2.AgentSessionResponse]:
-        certified_node = self._authenticate(context)
-        first = next(request_iterator, None)
-        if first is None:
+        request_iterator: AsyncIterator[agent_pb2.AgentSessionRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[agent_pb2.AgentSessionResponse]:
+        """A coroutine on the server's loop (issue 12 #1): reports are read by a task of the
+        loop and applied in the blocking pool one at a time (heartbeats, which take no lock,
+        on the loop); commands come from ``AgentSessions`` through an asyncio queue."""
+        try:
+            node, first = await self._admit(request_iterator, Aborts(context))
+        except Abort as abort:
+            await abort_with(context, abort)
+        if node is None:
             return
+        loop = asyncio.get_running_loop()
+        session = self._sessions.open(node.id, loop)
+        try:
+            await self._blocking_call(
+                self._events.register, node, first[1], first[0].self_fence_margin_s
+            )
+        except BaseException:
+            self._sessions.remove(session)
+            raise
+        self._on_change()
+        reader = loop.create_task(self._read(request_iterator, node.id, session))
+        try:
+            yield agent_pb2.AgentSessionResponse(
+                registered=agent_pb2.Registered(
+                    node_id=node.id,
+                    heartbeat_interval_s=self._heartbeat_interval_s,
+                    heartbeat_timeout_s=self._events.state.settings.heartbeat_timeout_s,
+                )
+            )
+            while True:
+                yield await session.next()
+        except EOFError:
+            if session.overflowed:
+                await context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"node {node.id} left {OUTBOX_LIMIT} commands unread; reconnect",
+                )
+        finally:
+            reader.cancel()
+            if self._sessions.remove(session):
+                self._blocking.submit(self._disconnected, node.id)
+
+    async def _admit(
+        self, requests: AsyncIterator[agent_pb2.AgentSessionRequest], checks: Aborts
+    ) -> tuple[Node | None, tuple[agent_pb2.RegisterAgent, list[TaskReport]]]:
+        """The registering node and its report; (None, ...) when the agent sent nothing.
+        Raises ``Abort`` for a caller or a first message that is refused."""
+        certified_node = self._authenticate(checks)
+        first = await anext(aiter(requests), None)
+        if first is None:
+            return None, (agent_pb2.RegisterAgent(), [])
         if first.WhichOneof("message") != "register":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
-        node, reports = _registration(first.register, context)
+            checks.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first message must be register")
+        node, reports = _registration(first.register, checks)
         if certified_node is not None and node.id != certified_node:
             log.warning("node %s tried to register as %s: refused", certified_node, node.id)
-            context.abort(
+            checks.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"this agent's certificate names node {certified_node!r}, not {node.id!r}",
             )
-        session = self._sessions.open(node.id)
-        self._events.register(node, reports, first.register.self_fence_margin_s)
-        self._on_change()
-        reader = threading.Thread(
-            target=self._read,
-            args=(request_iterator, node.id, session),
-            name=f"agent-{node.id}",
-            daemon=True,
-        )
-        reader.start()
-        yield agent_pb2.AgentSessionResponse(
-            registered=agent_pb2.Registered(
-                node_id=node.id,
-                heartbeat_interval_s=self._heartbeat_interval_s,
-                heartbeat_timeout_s=self._events.state.settings.heartbeat_timeout_s,
-            )
-        )
+        return node, (first.register, reports)
+
+    async def _blocking_call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._blocking, fn, *args)
+
+    def _disconnected(self, node_id: str) -> None:
         try:
-            while context.is_active():
-                message = session.next(timeout=1.0)
-                if message is not None:
-                    yield message
-        except EOFError:
-            pass
-        finally:
-            if self._sessions.remove(session):
-                self._events.disconnected(node.id)
+            self._events.disconnected(node_id)
+        except Exception:
+            log.exception("recording node %s's disconnection failed", node_id)
 
     def _authenticate(self, context: grpc.ServicerContext) -> str | None:
         """The node id the caller's certificate names (TLS), or None once a plaintext caller
@@ -288,14 +340,20 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "wrong or missing cluster join token")
         return None
 
-    def _read(
-        self, requests: Iterator[agent_pb2.AgentSessionRequest], node_id: str, session: Any
+    async def _read(
+        self,
+        requests: AsyncIterator[agent_pb2.AgentSessionRequest],
+        node_id: str,
+        session: AgentSession,
     ) -> None:
         try:
-            for request in requests:
-                self._handle(node_id, request)
-        except grpc.RpcError:
-            pass  # the agent went away; the session closes below
+            async for request in requests:
+                if request.WhichOneof("message") == "metrics":
+                    self._handle(node_id, request)  # no lock taken (AgentEvents.heartbeat)
+                else:
+                    await self._blocking_call(self._handle, node_id, request)
+        except (grpc.RpcError, grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass  # the agent went away or the session ended; it closes below
         except Exception:
             log.exception("agent %s sent a message the controller could not handle", node_id)
         finally:

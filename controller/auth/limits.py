@@ -1,8 +1,8 @@
 """Per-user limits that keep one client from starving the controller: a token bucket of
 requests per second, and a cap on concurrent streams (WatchEvents) per user and in all.
 
-The RPC thread pool is shared with the agents' sessions; the stream caps keep users' long
-calls to a bounded part of it (docs/wire.md, "Limits")."""
+Log fetches wait in the unary RPC thread pool; the stream caps keep users' long calls to a
+bounded part of it (docs/wire.md, "Limits")."""
 
 from __future__ import annotations
 
