@@ -96,13 +96,18 @@ class HaCluster:
     def both(self) -> str:
         return ",".join(self.addresses.values())
 
+    @property
+    def reversed(self) -> str:
+        return ",".join(reversed(self.addresses.values()))
+
     def start_agent(self, node_id: str, issuer: str) -> None:
         state_dir = self.root / node_id
         state_dir.mkdir()
         token_file = self.root / f"{node_id}.token"
         token_file.write_text(issue_join_token(self.state_dir(issuer), node_id, 600) + "\n")
         cmd = [
-            *(sys.executable, "-m", "mlsched", "agent", "--controller", self.both),
+            # The standby first: it names the leader, and the agent goes there.
+            *(sys.executable, "-m", "mlsched", "agent", "--controller", self.reversed),
             *("--join-token-file", str(token_file), "--join-controller", self.join_address),
             *("--ca-file", str(self.state_dir(issuer) / TLS_DIR / CA_CERT)),
             *("--node-id", node_id, "--state-dir", str(state_dir)),
