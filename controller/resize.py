@@ -15,9 +15,9 @@ event. Mechanisms, in order:
   job that keeps it) abandons the resize: the job waits in the queue.
 
 A second in-place mechanism (regrouping the processes without a restart) plugs in before
-``suspend/resume``: an object with ``name``, ``accepts(state, job, current, target, batch)``
-and ``start(state, book, pending)``, closed by :func:`note_progress` like the others
-(``docs/elastic.md``).
+``suspend/resume`` in ``MECHANISMS``: an object with ``name``, ``accepts(state, job, current,
+target, batch)``, ``start(state, book, pending)`` and ``settled(pending, job, attempt, batch)``
+(:class:`Mechanism`; ``docs/elastic.md``).
 
 An elastic job's attempt is launched (:func:`launch`) with its global batch for the GPUs it
 gets, the spec's batch and its learning-rate rule in its environment
@@ -59,6 +59,12 @@ class Mechanism(Protocol):
 
     def start(self, state: ControllerState, book: ResizeBook, pending: PendingResize) -> None: ...
 
+    def settled(self, pending: PendingResize, job: Job, attempt: int, batch: int) -> str | None:
+        """After a progress report of rank 0 of ``attempt`` at global ``batch``: "" once the
+        job trains in its new shape, a reason when the resize cannot finish any more, None
+        while it is under way."""
+        ...
+
 
 class InPlaceBatch:
     """Same GPUs, another batch: the shim switches at a step boundary."""
@@ -74,6 +80,11 @@ class InPlaceBatch:
             state.send(task.node_id, BatchSizeCommand(lifecycle.ref(task), pending.batch_size))
         lifecycle.renew(state, job, pending.lease_s)
 
+    def settled(self, pending: PendingResize, job: Job, attempt: int, batch: int) -> str | None:
+        if attempt != pending.attempt:
+            return "the job restarted before it changed its batch"
+        return "" if batch == pending.batch_size else None
+
 
 class SuspendResume:
     """Checkpoint, exit, and resume on the target once its GPUs are free."""
@@ -88,6 +99,12 @@ class SuspendResume:
         lifecycle.suspend(
             state, job, f"resizing to {pending.to_gpus} GPUs on {_where(pending.placement)}"
         )
+
+    def settled(self, pending: PendingResize, job: Job, attempt: int, batch: int) -> str | None:
+        """Done at the first report of the attempt launched on the target (``resume_ready``
+        drops a resize whose job was launched elsewhere)."""
+        relaunched = pending.relaunched and attempt == job.attempt > pending.attempt
+        return "" if relaunched else None
 
 
 MECHANISMS: tuple[Mechanism, ...] = (InPlaceBatch(), SuspendResume())
@@ -164,6 +181,8 @@ def order(
         TaskPlacement(t.rank, t.node_id, tuple(t.gpu_indices))
         for t in sorted(state.live_tasks(job.id), key=lambda t: t.rank)
     )
+    if _gpu_sets(placement) == _gpu_sets(current):
+        placement = current  # the same processes' GPUs in another rank order: no move
     problem = resize_problem(job.spec, placement, item.batch_size, item.lease_s)
     if problem is None and job.id in book.pending:
         problem = "a resize of it is already under way"
@@ -307,19 +326,21 @@ def resume_ready(state: ControllerState, book: ResizeBook) -> None:
         pending.relaunched = True
 
 
-def note_progress(state: ControllerState, book: ResizeBook, job: Job, attempt: int, batch: int):
-    """A progress report of ``job``'s rank 0: closes its resize when the job now trains in
-    the new shape (a new attempt on the target; the new batch in place)."""
+def note_progress(
+    state: ControllerState, book: ResizeBook, job: Job, attempt: int, batch: int
+) -> None:
+    """A progress report of ``job``'s rank 0: closes its resize when its mechanism says the
+    job now trains in the new shape, recording the cost (``job_resized``)."""
     pending = book.pending.get(job.id)
-    if pending is None:
+    mechanism = (
+        next((m for m in MECHANISMS if m.name == pending.mechanism), None) if pending else None
+    )
+    if pending is None or mechanism is None:
         return
-    if pending.mechanism == "in-place batch":
-        if attempt != pending.attempt:
-            _abandon(state, book, pending, "the job restarted before it changed its batch")
-            return
-        if batch != pending.batch_size:
-            return
-    elif not (pending.relaunched and attempt == job.attempt and attempt > pending.attempt):
+    outcome = mechanism.settled(pending, job, attempt, batch)
+    if outcome:
+        _abandon(state, book, pending, outcome)
+    if outcome != "":
         return
     del book.pending[job.id]
     cost = state.clock.now() - pending.ordered_at
@@ -334,6 +355,10 @@ def note_progress(state: ControllerState, book: ResizeBook, job: Job, attempt: i
 def _abandon(state: ControllerState, book: ResizeBook, pending: PendingResize, why: str) -> None:
     book.pending.pop(pending.job_id, None)
     state.emit("resize_abandoned", f"{pending.mechanism}: {why}", job_id=pending.job_id)
+
+
+def _gpu_sets(placement: Sequence[TaskPlacement]) -> list[tuple[str, tuple[int, ...]]]:
+    return sorted((p.node_id, tuple(sorted(p.gpu_indices))) for p in placement)
 
 
 def _gpus(placement: Sequence[TaskPlacement]) -> int:

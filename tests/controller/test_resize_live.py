@@ -188,3 +188,15 @@ def test_a_resize_outside_the_elastic_range_is_refused(cluster, caplog):
     assert [r.getMessage() for r in caplog.records] == [
         f"resize of {job.id} not made: 3 GPUs; the job stretches over 1 to 2"
     ]
+
+
+def test_the_same_gpus_in_another_rank_order_change_only_the_batch(cluster):
+    c = cluster
+    c.add_node("n1", 2)
+    job = elastic_job(c, 2, BatchRule.SCHEDULER, max_batch_size=256)
+    start(c, job, tp(0, "n1", 0), tp(1, "n1", 1))
+    c.sink.clear()
+    resize(c, job, tp(0, "n1", 1), tp(1, "n1", 0), batch=96)
+    assert not c.sink.of(SuspendCommand)
+    assert [cmd.batch_size for _, cmd in c.sink.of(BatchSizeCommand)] == [96, 96]
+    assert c.job(job.id).state is JobState.RUNNING
