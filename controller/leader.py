@@ -138,19 +138,31 @@ class LeaderLease:
 
 class LeaseKeeper:
     """Renews a leader's lease in the background; calls ``on_lost`` once, when the lease can
-    no longer be proven (deposed, or not renewed in time)."""
+    no longer be proven (deposed, or not renewed in time). ``store_lost`` says the store's own
+    connection is gone for good: the leader could renew but not write, so it gives the lease
+    up at once (a standby, with connections of its own, takes over); set by
+    :meth:`watch_store` once the store is open."""
 
     def __init__(self, lease: LeaderLease, on_lost: Callable[[str], None]) -> None:
         self.lease = lease
         self._on_lost = on_lost
+        self._store_lost: Callable[[], bool] = lambda: False
+        self._released = False
         self._stop = threading.Event()
         self._losing = threading.Lock()
         self.lost_reason = ""
         self._threads: list[threading.Thread] = []
 
+    def watch_store(self, store_lost: Callable[[], bool]) -> None:
+        self._store_lost = store_lost
+
     def step(self) -> float | None:
         """One renewal; the wait before the next, or None when the lease is lost."""
         lease = self.lease
+        if self._store_lost():
+            lease.release()
+            self._released = True
+            return None
         try:
             renewed = lease.try_acquire()
         except Exception as exc:  # the database unreachable: retry while the lease holds
@@ -201,10 +213,12 @@ class LeaseKeeper:
                 return
             self._stop.set()
         lease = self.lease
-        self.lost_reason = (
-            f"deposed: {lease.current.address if lease.current else '?'} leads now"
-            if lease.deposed
-            else "the leader lease could not be renewed in time"
-        )
+        if self._released:
+            self.lost_reason = "the store's database connection is lost; lease given up"
+        elif lease.deposed:
+            address = lease.current.address if lease.current else "?"
+            self.lost_reason = f"deposed: {address} leads now"
+        else:
+            self.lost_reason = "the leader lease could not be renewed in time"
         log.error("stepping down: %s", self.lost_reason)
         self._on_lost(self.lost_reason)

@@ -95,8 +95,9 @@ def run_elected(config: ControllerConfig, lease_s: float, advertise: str = "") -
     finally:
         standby.stop()
     keeper = LeaseKeeper(lease, lambda _reason: stop.set())
-    keeper.start()
+    keeper.start()  # renewing while the state loads
     controller = _take_over(config, standby.port, lease)
+    keeper.watch_store(controller.store.connection_lost)
     with controller.state.lock:
         controller.state.emit(
             "leader_elected",

@@ -157,6 +157,11 @@ class Store(ABC):
     def close(self) -> None:
         """Release the store."""
 
+    def connection_lost(self) -> bool:
+        """Whether the store's connection to its database is gone for good (a PostgreSQL
+        backend ended); every write fails until the controller restarts."""
+        return False
+
     def iter_events(self, after: int = 0, job_id: str = "") -> Iterator[Event]:
         """Every event after ``after``, page by page."""
         while batch := self.events_after(after, job_id):

@@ -85,6 +85,9 @@ class PostgresStore(SqlStore):
     def _execute(self, sql: str, args: Sequence[Any] = ()) -> Any:
         return self._conn.execute(sql.replace("?", "%s"), tuple(args))
 
+    def connection_lost(self) -> bool:
+        return bool(self._conn.broken)
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

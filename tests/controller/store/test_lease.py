@@ -15,7 +15,7 @@ import pytest
 
 from controller.clock import ManualClock
 from controller.leader import LeaderLease, LeaseKeeper
-from controller.store import NotLeader, SqliteStore, Store
+from controller.store import NotLeader, SqliteStore, Store, StoreWriteError
 from controller.store.lease import LeaseRecord, LeaseTable, claim, open_lease_table
 from mlsched.model import Job, JobState
 from tests.controller.conftest import make_spec
@@ -252,3 +252,35 @@ def wait_for_a_blocked_lock(conn, timeout_s: float = 60.0) -> None:
     while conn.execute(query).fetchone()[0] == 0:
         assert time.monotonic() < deadline, "the claim never waited for the leader's lock"
         time.sleep(0.01)
+
+
+def test_a_leader_whose_store_connection_ended_gives_the_lease_up(postgres_server):
+    """PostgreSQL ended the store's backend (a restart of it, an idle timeout): the leader could
+    renew but never write again, so it releases the lease and the standby takes over at once."""
+    import psycopg
+
+    from controller.store.postgres import PostgresStore
+
+    with pg_server.database(postgres_server) as conninfo:
+        clock = ManualClock(T0)
+        a = candidate(LeaseTable(psycopg.connect(conninfo, autocommit=True), True), "a", clock)
+        b = candidate(LeaseTable(psycopg.connect(conninfo, autocommit=True), True), "b", clock)
+        store = PostgresStore(conninfo)
+        store.fence = a
+        admin = psycopg.connect(conninfo, autocommit=True)
+        keeper = LeaseKeeper(a, lambda _reason: None)
+        keeper.watch_store(store.connection_lost)
+        try:
+            assert a.try_acquire()
+            assert keeper.step() == 10.0
+            admin.execute("SELECT pg_terminate_backend(%s)", (store._conn.info.backend_pid,))
+            with pytest.raises(StoreWriteError):
+                store.forget_submit_requests(T0)
+            assert store.connection_lost()
+            assert keeper.step() is None
+            assert not a.proven()
+            assert b.try_acquire()  # the clock never moved: released, not expired
+            assert b.epoch == 2
+        finally:
+            for thing in (store, admin):
+                thing.close()
