@@ -23,6 +23,7 @@ from controller.jobs import JobOperations
 from controller.policy import Policy, make_policy
 from controller.policy.base import needs_job_truth
 from controller.policy.registry import DEFAULT_POLICY
+from controller.report_applier import ReportApplier
 from controller.rpc_loop import Bell, EventForwarder, RpcLoop
 from controller.scheduler import Scheduler, SchedulerLoop
 from controller.servicer import AgentServicer, JobServicer
@@ -38,11 +39,10 @@ LOCK_FILE = "controller.lock"
 # Streams (agent sessions, event follows) are coroutines on one event loop (controller.rpc_loop)
 # and hold no thread. Unary calls run in a pool of UNARY_THREADS: a log fetch may hold one for
 # LOG_FETCH_TIMEOUT_S, and users' long calls are capped at UserLimits.streams_total (64), so
-# 32 threads stay for everything else. What a stream must do that blocks (an agent report
-# waiting for the state lock, a store read of events) runs in BLOCKING_THREADS, one call at a
-# time per stream.
+# 32 threads stay for everything else. Agents' reports are applied by one thread
+# (controller.report_applier); a follower's store reads run in BLOCKING_THREADS.
 UNARY_THREADS = 96
-BLOCKING_THREADS = 8
+BLOCKING_THREADS = 4
 
 # The server's side of keepalive: it pings idle agents and CLIs as often as they ping it (a
 # session whose agent stopped answering is closed), and accepts their pings, even without an
@@ -110,6 +110,7 @@ class Controller:
         self._blocking = futures.ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="report")
         self.server = self.rpc.run(_aio_server(self._unary))
         self.bell = Bell(self.rpc.loop)
+        self._applier = ReportApplier(self.state.lock, self.rpc.loop)
         self._forwarder: EventForwarder | None = None
         guard = Guard(config.limits, allow_claims=config.insecure)
         jobs_pb2_grpc.add_JobServiceServicer_to_server(
@@ -131,7 +132,7 @@ class Controller:
                 self.sessions,
                 self.loop.trigger,
                 config.heartbeat_interval_s,
-                self._blocking,
+                self._applier,
             ),
             self.server,
         )
@@ -218,7 +219,10 @@ class Controller:
         self._lock.release()
 
     def _close_rpc(self) -> None:
-        """The event loop's thread and both pools (whatever of them was made)."""
+        """The report applier, both pools and the event loop's thread (what was made)."""
+        applier = getattr(self, "_applier", None)
+        if applier is not None:
+            applier.stop()
         for name in ("_blocking", "_unary"):
             pool = getattr(self, name, None)
             if pool is not None:

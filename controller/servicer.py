@@ -41,6 +41,7 @@ from controller.errors import (
 )
 from controller.fencing import valid_margin_s
 from controller.jobs import JobOperations
+from controller.report_applier import ReportApplier
 from controller.rpc_loop import Abort, Aborts, Bell, abort_with
 from controller.state import ControllerState
 from mlsched import serde
@@ -53,6 +54,7 @@ log = logging.getLogger(__name__)
 JOIN_TOKEN_KEY = "mlsched-join-token"
 DEFAULT_LOG_BYTES = 64 * 1024
 LOG_FETCH_TIMEOUT_S = 10.0
+REPORTS_IN_FLIGHT = 64  # per agent session, queued for the ReportApplier
 FOLLOW_POLL_S = 1.0  # a follower looks at the store at least this often, rung or not
 
 _STATUS = {
@@ -239,9 +241,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         sessions: AgentSessions,
         on_change: Callable[[], None],
         heartbeat_interval_s: float,
-        blocking: Executor,
+        applier: ReportApplier,
     ) -> None:
-        self._blocking = blocking
+        self._applier = applier
         self._join_token = join_token
         self._events = events
         self._sessions = sessions
@@ -254,8 +256,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[agent_pb2.AgentSessionResponse]:
         """A coroutine on the server's loop (issue 12 #1): reports are read by a task of the
-        loop and applied in the blocking pool one at a time (heartbeats, which take no lock,
-        on the loop); commands come from ``AgentSessions`` through an asyncio queue."""
+        loop and applied in arrival order by the ``ReportApplier`` (heartbeats, which take no
+        lock, on the loop); commands come from ``AgentSessions`` through an asyncio queue."""
         try:
             node, first = await self._admit(request_iterator, Aborts(context))
         except Abort as abort:
@@ -265,9 +267,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         loop = asyncio.get_running_loop()
         session = self._sessions.open(node.id, loop)
         try:
-            await self._blocking_call(
-                self._events.register, node, first[1], first[0].self_fence_margin_s
-            )
+            await self._applied(self._events.register, node, first[1], first[0].self_fence_margin_s)
         except BaseException:
             self._sessions.remove(session)
             raise
@@ -292,7 +292,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         finally:
             reader.cancel()
             if self._sessions.remove(session):
-                self._blocking.submit(self._disconnected, node.id)
+                self._applier.submit(self._events.disconnected, (node.id,), None)
 
     async def _admit(
         self, requests: AsyncIterator[agent_pb2.AgentSessionRequest], checks: Aborts
@@ -314,14 +314,20 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             )
         return node, (first.register, reports)
 
-    async def _blocking_call(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._blocking, fn, *args)
+    async def _applied(self, fn: Callable[..., object], *args: Any) -> None:
+        """``fn(*args)`` applied by the ReportApplier, in turn with every report before it."""
+        applied: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def _disconnected(self, node_id: str) -> None:
-        try:
-            self._events.disconnected(node_id)
-        except Exception:
-            log.exception("recording node %s's disconnection failed", node_id)
+        def done(error: BaseException | None) -> None:
+            if applied.done():  # the caller was cancelled meanwhile
+                return
+            if error is None:
+                applied.set_result(None)
+            else:
+                applied.set_exception(error)
+
+        self._applier.submit(fn, args, done)
+        await applied
 
     def _authenticate(self, context: grpc.ServicerContext) -> str | None:
         """The node id the caller's certificate names (TLS), or None once a plaintext caller
@@ -346,13 +352,26 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         node_id: str,
         session: AgentSession,
     ) -> None:
+        """Hand the session's reports to the applier; at most REPORTS_IN_FLIGHT wait there
+        (then this stops reading and gRPC's flow control holds the agent back)."""
+        credit = asyncio.Semaphore(REPORTS_IN_FLIGHT)
+
+        def done(error: BaseException | None) -> None:
+            credit.release()
+            if error is not None:
+                log.error(
+                    "agent %s sent a message the controller could not handle: %r", node_id, error
+                )
+                session.close()
+
         try:
             async for request in requests:
                 if request.WhichOneof("message") == "metrics":
                     self._handle(node_id, request)  # no lock taken (AgentEvents.heartbeat)
-                else:
-                    await self._blocking_call(self._handle, node_id, request)
-        except (grpc.RpcError, grpc.aio.AioRpcError, asyncio.CancelledError):
+                    continue
+                await credit.acquire()
+                self._applier.submit(self._handle, (node_id, request), done)
+        except (grpc.RpcError, asyncio.CancelledError):
             pass  # the agent went away or the session ended; it closes below
         except Exception:
             log.exception("agent %s sent a message the controller could not handle", node_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -18,6 +18,7 @@ import pytest
 
 from controller.clock import ManualClock
 from controller.dispatch import AgentSession
+from controller.report_applier import ReportApplier
 from controller.rpc_loop import Bell, EventForwarder, RpcLoop
 from controller.server import Controller, ControllerConfig
 from controller.state import ControllerSettings
@@ -76,8 +77,7 @@ async def _many_streams(address: str) -> tuple[int, int, set[str], str]:
         agents = agent_pb2_grpc.AgentServiceStub(channel)
         jobs = jobs_pb2_grpc.JobServiceStub(channel)
         calls = [
-            agents.AgentSession(metadata=(("mlsched-join-token", TOKEN),))
-            for _ in range(SESSIONS)
+            agents.AgentSession(metadata=(("mlsched-join-token", TOKEN),)) for _ in range(SESSIONS)
         ]
         for i, call in enumerate(calls):
             await call.write(register(f"n{i:03d}"))
@@ -194,3 +194,34 @@ def test_a_new_event_wakes_a_waiting_follower_through_the_bell() -> None:
 
 async def _ticket(bell: Bell) -> asyncio.Event:
     return bell.ticket()
+
+
+def test_reports_are_applied_in_order_and_their_errors_reach_the_loop() -> None:
+    lock = threading.RLock()
+    rpc = RpcLoop()
+    applier = ReportApplier(lock, rpc.loop, max_batch=2)
+    applied: list[int] = []
+    outcomes: list[tuple[int, str]] = []
+
+    def apply(i: int) -> None:
+        assert lock._is_owned()  # type: ignore[attr-defined]  # under the state lock
+        if i == 3:
+            raise ValueError("report 3 is bad")
+        applied.append(i)
+
+    def done(i: int) -> Callable[[BaseException | None], None]:
+        def record(error: BaseException | None) -> None:
+            assert threading.current_thread().name == "rpc-loop"
+            outcomes.append((i, "ok" if error is None else str(error)))
+
+        return record
+
+    try:
+        for i in range(5):
+            applier.submit(apply, (i,), done(i))
+        applier.stop()  # applies what is queued first
+        rpc.run(asyncio.sleep(0))  # the completions were queued on the loop before this
+    finally:
+        rpc.close()
+    assert applied == [0, 1, 2, 4]
+    assert outcomes == [(0, "ok"), (1, "ok"), (2, "ok"), (3, "report 3 is bad"), (4, "ok")]
