@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import signal
 import sys
@@ -14,6 +13,9 @@ from controller.policy import available_policies
 from controller.policy.registry import DEFAULT_POLICY
 from controller.server import Controller, ControllerConfig
 from controller.state import ControllerSettings
+from mlsched.httplisten import split_listen
+from mlsched.logsetup import add_log_arguments
+from mlsched.logsetup import configure as configure_logging
 from mlsched.statelock import StateDirInUse
 
 # Exit status when another controller holds --state-dir (it is left untouched).
@@ -132,6 +134,15 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         default=5.0,
         help="metrics/heartbeat interval asked of agents [%(default)s]",
     )
+    p.add_argument(
+        "--http-listen",
+        default=os.environ.get("MLSCHED_HTTP_LISTEN", ""),
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus) and the dashboard here (port 0 picks one); with TLS on,"
+        " a non-loopback address is HTTPS asking for a cluster certificate (env"
+        " MLSCHED_HTTP_LISTEN; docs/observability.md) [off]",
+    )
+    add_log_arguments(p)
     p.set_defaults(func=run_controller)
 
 
@@ -163,9 +174,7 @@ def _operator_tls(args: argparse.Namespace) -> OperatorTls | None:
 
 
 def run_controller(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(args.log_level, args.log_format)
     for name, value in (
         ("--lease-seconds", args.lease_seconds),
         ("--cycle-seconds", args.cycle_seconds),
@@ -177,6 +186,11 @@ def run_controller(args: argparse.Namespace) -> int:
             raise SystemExit(f"mlsched: {name} must be positive")
     if not args.retain_finished >= 0:
         raise SystemExit("mlsched: --retain-finished must not be negative")
+    if args.http_listen:
+        try:
+            split_listen(args.http_listen)
+        except ValueError as exc:
+            raise SystemExit(f"mlsched: {exc}") from None
     config = ControllerConfig(
         listen=args.listen,
         state_dir=args.state_dir,
@@ -187,6 +201,7 @@ def run_controller(args: argparse.Namespace) -> int:
         operator_tls=_operator_tls(args),
         tls_names=tuple(args.tls_name),
         policy=args.policy,
+        http_listen=args.http_listen,
         heartbeat_interval_s=args.heartbeat_interval,
         settings=ControllerSettings(
             lease_s=args.lease_seconds,
@@ -213,7 +228,11 @@ def run_controller(args: argparse.Namespace) -> int:
         return EXIT_STATE_DIR_IN_USE
     except OSError as exc:  # a port taken, a TLS file missing
         raise SystemExit(f"mlsched: {exc}") from None
-    controller.start()
+    try:
+        controller.start()
+    except (OSError, ValueError) as exc:  # --http-listen malformed or taken
+        controller.stop()
+        raise SystemExit(f"mlsched: {exc}") from None
     print(f"listening on {controller.address}", flush=True)
     if controller.join_address:
         print(f"join endpoint on {controller.join_address}", flush=True)

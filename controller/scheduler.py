@@ -56,8 +56,7 @@ def placement_problem(spec: JobSpec, placement: tuple[TaskPlacement, ...]) -> st
     most = max(spec.num_tasks, spec.elastic.max_gpus // per if spec.elastic.enabled else 0)
     if not 1 <= k <= most:
         return (
-            f"{k} processes placed; the job runs 1 to {most} "
-            f"({spec.gpus} GPUs, {per} per process)"
+            f"{k} processes placed; the job runs 1 to {most} ({spec.gpus} GPUs, {per} per process)"
         )
     ranks = sorted(p.rank for p in placement)
     if ranks != list(range(k)):
@@ -91,6 +90,9 @@ class Scheduler:
         self.policy = policy
         self._disconnect = disconnect
         self.last_decision_s = 0.0
+        # Called after each cycle with its decision, the cycle's and decide()'s seconds
+        # (the controller's metrics: controller.http_metrics).
+        self.on_cycle: Callable[[Decision, float, float], None] | None = None
         self._stops = StopOrders()
         self._disk_full: set[str] = set()  # nodes last reported with a full state disk
         self.priorities = PrioritySender()
@@ -99,6 +101,7 @@ class Scheduler:
         """Two store transactions a cycle (before and after the policy), commands sent after
         each commits; the lazy commits of agent reports are made durable at the end."""
         state = self.state
+        cycle_started = time.perf_counter()
         with state.lock:
             with state.holding_commands():
                 self.check_liveness()
@@ -113,6 +116,8 @@ class Scheduler:
         with state.lock:
             self.apply(snapshot, decision)
         state.store.flush()
+        if self.on_cycle is not None:
+            self.on_cycle(decision, time.perf_counter() - cycle_started, self.last_decision_s)
         return decision
 
     def note_full_disks(self) -> None:

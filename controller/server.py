@@ -16,9 +16,10 @@ from controller.auth.guard import Guard
 from controller.auth.identity_service import IdentityServicer
 from controller.auth.jointokens import JoinTokens
 from controller.auth.limits import UserLimits
-from controller.auth.tls_setup import OperatorTls, join_listen_for, load_server_tls
+from controller.auth.tls_setup import OperatorTls, ServerTls, join_listen_for, load_server_tls
 from controller.clock import Clock, SystemClock
 from controller.dispatch import AgentSessions
+from controller.http_server import ControllerObservability
 from controller.jobs import JobOperations
 from controller.policy import Policy, make_policy
 from controller.policy.base import needs_job_truth
@@ -30,6 +31,7 @@ from controller.servicer import AgentServicer, JobServicer
 from controller.state import ControllerSettings, ControllerState
 from controller.store import open_store
 from mlsched.client import KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS
+from mlsched.logsetup import fields
 from mlsched.statelock import StateDirLock
 from mlsched.v1 import agent_pb2_grpc, identity_pb2_grpc, jobs_pb2_grpc
 
@@ -70,6 +72,7 @@ class ControllerConfig:
     operator_tls: OperatorTls | None = None  # None: the controller's own CA (state dir)
     tls_names: tuple[str, ...] = ()  # more DNS names/IPs for the server certificate
     limits: UserLimits = field(default_factory=UserLimits)
+    http_listen: str = ""  # "": no HTTP listener (/metrics, dashboard: controller.http_server)
 
 
 class Controller:
@@ -108,7 +111,8 @@ class Controller:
         self.rpc = RpcLoop()
         self._unary = futures.ThreadPoolExecutor(UNARY_THREADS, thread_name_prefix="rpc")
         self._blocking = futures.ThreadPoolExecutor(BLOCKING_THREADS, thread_name_prefix="report")
-        self.server = self.rpc.run(_aio_server(self._unary))
+        self.obs = ControllerObservability(self.state, self.scheduler)
+        self.server = self.rpc.run(_aio_server(self._unary, self.obs.aio_interceptor))
         self.bell = Bell(self.rpc.loop)
         self._applier = ReportApplier(self.state.lock, self.rpc.loop)
         self._forwarder: EventForwarder | None = None
@@ -137,6 +141,9 @@ class Controller:
             self.server,
         )
         host = config.listen.rsplit(":", 1)[0]
+        self.obs.add_health(self.server, self.rpc.run)
+        self._tls: ServerTls | None = None
+        self.http_url = ""
         self.join_address = ""
         self.ca_file: Path | None = None
         if config.insecure:
@@ -153,6 +160,7 @@ class Controller:
         tls = load_server_tls(
             config.state_dir, config.listen, config.tls_names, config.operator_tls
         )
+        self._tls = tls
         port = self.server.add_secure_port(config.listen, tls.mutual())
         if tls.authority is None:  # the operator's CA: nodes get certificates from the operator
             return port
@@ -174,6 +182,7 @@ class Controller:
 
     def start(self) -> None:
         self.rpc.run(self.server.start())
+        self.http_url = self.obs.start(self.config.http_listen, self._tls, self.config.state_dir)
         self._forwarder = EventForwarder(
             self.state.changed, lambda: self.state.last_event_seq, self.bell
         )
@@ -197,6 +206,7 @@ class Controller:
             " (the default)" if self.scheduler.policy.name == DEFAULT_POLICY else "",
             self.config.settings.lease_s,
             self.config.state_dir,
+            extra=fields(policy=self.scheduler.policy.name),
         )
 
     def request_shutdown(self) -> None:
@@ -210,6 +220,7 @@ class Controller:
         if self._stopped:
             return
         self._stopped = True
+        self.obs.stop()
         self.loop.stop()
         self.rpc.run(self.server.stop(grace_s))
         if self._forwarder is not None:
@@ -232,9 +243,13 @@ class Controller:
             rpc.close()
 
 
-async def _aio_server(unary: futures.ThreadPoolExecutor) -> grpc.aio.Server:
+async def _aio_server(
+    unary: futures.ThreadPoolExecutor, *interceptors: grpc.aio.ServerInterceptor
+) -> grpc.aio.Server:
     """Made on the loop it serves from; unary (synchronous) handlers run in ``unary``."""
-    return grpc.aio.server(migration_thread_pool=unary, options=SERVER_OPTIONS)
+    return grpc.aio.server(
+        migration_thread_pool=unary, options=SERVER_OPTIONS, interceptors=interceptors
+    )
 
 
 def _write_atomic(path: Path, text: str) -> None:

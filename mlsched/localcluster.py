@@ -49,8 +49,11 @@ class LocalCluster:
         policy: str = "fifo-lease",
         *,
         insecure: bool = False,
+        controller_extra: tuple[str, ...] = (),
     ) -> None:
+        """``controller_extra``: more ``mlsched controller`` flags (later flags win)."""
         self.root = root
+        self.controller_extra = controller_extra
         self.timing = timing
         self.policy = policy
         self.insecure = insecure
@@ -94,6 +97,7 @@ class LocalCluster:
             str(t.heartbeat_interval_s),
             "--suspend-grace",
             str(t.suspend_grace_s),
+            *self.controller_extra,
         ]
         log = open(self.root / "controller.log", "ab")  # noqa: SIM115 - owned by the process
         self.controller = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log)

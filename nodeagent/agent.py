@@ -19,9 +19,11 @@ from nodeagent.config import AgentConfig, ConfigError
 from nodeagent.controller_link import ControllerLink
 from nodeagent.events import EventLoop, PeriodicEvent
 from nodeagent.gpus import GpuBackend, detect_gpus
+from nodeagent.http_metrics import AgentMetrics
 from nodeagent.metrics import NodeMetricsSampler, TaskMetricsSampler
 from nodeagent.model import (
     LaunchRequest,
+    LeaseCommand,
     LogsResult,
     ProgressInfo,
     Registration,
@@ -90,6 +92,14 @@ class NodeAgent:
         self._detector: OverloadDetector | None = None
         self.priorities = TaskPriorities()  # from the controller (docs/overload.md)
         self.last_load: NodeLoadReport | None = None  # the latest load measured
+        # /metrics and the health service (docs/observability.md)
+        self.observability = AgentMetrics(config.node_id)
+        self.observability.view.registered = lambda: (
+            self._link is not None and (self._link.cut_off_s() == 0.0)
+        )
+        self.observability.view.task_states = lambda: (
+            [s.state.name for s in self._tasks.statuses()] if self._tasks is not None else []
+        )
 
     # ------------------------------------------------------------- lifecycle
 
@@ -140,8 +150,12 @@ class NodeAgent:
                 cfg.trainer_listen,
                 paths.trainer_address_file,
                 verify_peer=cfg.verify_trainer_peer,
+                interceptors=(self.observability.interceptor,),
+                setup=self.observability.add_health,
             )
             self._tasks.set_trainer_address(self._trainer.start())
+            if cfg.http_listen:  # before registering: once registered, it is there
+                self.observability.start_http(cfg.http_listen, paths.state_dir)
             self._node_sampler = NodeMetricsSampler(
                 self._gpus,
                 self._clock,
@@ -226,6 +240,7 @@ class NodeAgent:
     def _shutdown(self) -> None:
         """The drain hook: stop talking, leave task processes running, release the state dir."""
         self._fence = None
+        self.observability.stop()
         if self._link is not None:
             self._link.stop()
             self._link = None
@@ -270,6 +285,8 @@ class NodeAgent:
         ):
             return
         node = self._node_sampler.sample(self._tasks.busy_gpus())
+        self.observability.view.node = node
+        self.observability.set_registered(self.observability.view.registered())
         running = self._tasks.running_tasks()
         tasks = self._task_sampler.sample([(t.ref, t.pid) for t in running])
         by_ref = {m.ref: m for m in tasks}
@@ -291,6 +308,7 @@ class NodeAgent:
         for wish in self._detector.observe(load):
             if link.send_migration_request(wish):
                 self._detector.requested(wish.ref)
+                self.observability.overload_requests.inc()
                 log.warning(
                     "asked the controller to migrate task %s (demand %s): %s",
                     wish.ref,
@@ -338,6 +356,7 @@ class NodeAgent:
         if heartbeat_interval_s > 0 and self._loop is not None:
             interval = min(self._config.metrics_interval_s, heartbeat_interval_s)
             self._loop.set_interval("metrics", interval)
+        self.observability.set_registered(True)
 
 
 def _shares(values: Mapping[str, float]) -> str:
@@ -376,15 +395,20 @@ class _LinkHandler:
         self._agent._on_registered(heartbeat_interval_s)
 
     def launch(self, request: LaunchRequest) -> None:
+        self._agent.observability.commands.labels("launch").inc()
         self._agent.tasks.launch(request)
 
     def suspend(self, ref: TaskRef, grace_s: float, reason: str) -> None:
+        self._agent.observability.commands.labels("suspend").inc()
         self._agent.tasks.suspend(ref, grace_s, reason)
 
     def kill(self, ref: TaskRef, reason: str) -> None:
+        self._agent.observability.commands.labels("kill").inc()
         self._agent.tasks.kill(ref, reason)
 
     def trainer_command(self, ref: TaskRef, command: TrainerCommand) -> None:
+        kind = "lease" if isinstance(command, LeaseCommand) else "trainer"
+        self._agent.observability.commands.labels(kind).inc()
         self._agent.tasks.trainer_command(ref, command)
 
     def fetch_logs(self, ref: TaskRef, max_bytes: int) -> LogsResult:

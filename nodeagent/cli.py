@@ -11,6 +11,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from mlsched.logsetup import add_log_arguments
+from mlsched.logsetup import configure as configure_logging
 from nodeagent.config import AgentConfig, ConfigError
 from nodeagent.credentials import add_security_arguments, channel_credentials, security_args
 from nodeagent.gpus import GpuConfigError
@@ -146,6 +148,15 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="where trainers reach the agent (default: 127.0.0.1:0, any free port)",
     )
+    parser.add_argument(
+        "--http-listen",
+        dest="agent_http_listen",
+        default=os.environ.get("MLSCHED_HTTP_LISTEN", ""),
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus) here, port 0 picks one (env MLSCHED_HTTP_LISTEN;"
+        " docs/observability.md; default: off)",
+    )
+    add_log_arguments(parser)
     add_security_arguments(parser)
     load = parser.add_argument_group(
         "load and overload (MLFS)",
@@ -297,6 +308,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         overload_samples=args.agent_overload_samples,
         migration_cooldown_s=args.agent_migration_cooldown,
         overload_clear_threshold=args.agent_overload_clear_threshold,
+        http_listen=args.agent_http_listen,
         run_tasks_as=args.agent_run_tasks_as,
         task_uid_range=args.agent_task_uid_range,
     )
@@ -321,10 +333,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     """Run the agent until SIGTERM/SIGINT; returns the process exit code."""
     from nodeagent.agent import NodeAgent
 
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+    if not logging.getLogger().handlers or getattr(args, "log_format", "text") != "text":
+        configure_logging(getattr(args, "log_level", "INFO"), getattr(args, "log_format", "text"))
     try:
         config = config_from_args(args)
         credentials = channel_credentials(config, security_args(args))

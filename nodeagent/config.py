@@ -8,6 +8,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlsched.httplisten import split_listen
 from nodeagent.paths import AgentPaths, is_safe_component
 from nodeagent.taskuser import (
     DEFAULT_UID_RANGE,
@@ -113,6 +114,7 @@ class AgentConfig:
     self_fence_after_s: float = 30.0
     verify_trainer_peer: bool = True
     min_free_disk_bytes: int = 64 * 1024 * 1024
+    http_listen: str = ""  # "": no /metrics listener (nodeagent/http_metrics.py)
     run_tasks_as: str = RUN_AS_JOB_USER
     task_uid_range: tuple[int, int] = DEFAULT_UID_RANGE
 
@@ -162,6 +164,11 @@ class AgentConfig:
             raise ConfigError("migration_cooldown_s must be >= 0")
         if self.run_tasks_as not in RUN_AS_CHOICES:
             raise ConfigError(f"run_tasks_as must be one of {', '.join(RUN_AS_CHOICES)}")
+        if self.http_listen:
+            try:
+                split_listen(self.http_listen)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         clear = self.overload_clear_threshold
         if clear is not None and not 0 <= clear <= self.overload_threshold:
             raise ConfigError("overload_clear_threshold must be in [0, overload_threshold]")

@@ -64,6 +64,7 @@ def test_no_dependency_is_left_unimported():
         "pyyaml": "yaml",
         "highsbox": "mip",  # python-mip loads its HiGHS library
         "scikit-learn": "sklearn",
+        "grpcio-health-checking": "grpc_health",
     }
     for requirement in PYPROJECT["project"]["dependencies"]:
         module = imported_as.get(_name(requirement), _name(requirement).replace("-", "_"))

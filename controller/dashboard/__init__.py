@@ -1,0 +1,1 @@
+"""The controller's web dashboard: static files served at ``/`` (controller.http_server)."""
