@@ -128,6 +128,10 @@ class LeaderLease:
             return most
         return min(most, max(MIN_RETRY_S, self.current.expires_at - self._last_now))
 
+    def connection_lost(self) -> bool:
+        """Whether the lease's own database connection ended (no claim can succeed again)."""
+        return self._table.connection_lost()
+
     def release(self) -> None:
         """Give the lease up now (a clean stop), so a standby takes over at once."""
         with self._lock:

@@ -152,6 +152,10 @@ def _wait_for_lease(lease: LeaderLease, standby: StandbyServer, stop: threading.
                 return True
         except Exception as exc:  # the database unreachable, a racing first claim
             log.warning("cannot claim the leader lease: %s", exc)
+            if lease.connection_lost():  # the service manager starts a fresh standby
+                raise SystemExit(
+                    f"mlsched: the store's database ended the connection: {exc}"
+                ) from None
         if not announced:
             print(f"standby on {standby.address}", flush=True)
             log.info("standby on %s; the leader is %s", standby.address, lease.leader_address())

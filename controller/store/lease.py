@@ -111,6 +111,10 @@ class LeaseTable:
             (self.name, holder, epoch),
         )
 
+    def connection_lost(self) -> bool:
+        """Whether the database ended this connection (psycopg's ``broken``)."""
+        return bool(getattr(self._conn, "broken", False))
+
     def close(self) -> None:
         self._conn.close()
 

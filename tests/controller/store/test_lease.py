@@ -284,3 +284,20 @@ def test_a_leader_whose_store_connection_ended_gives_the_lease_up(postgres_serve
         finally:
             for thing in (store, admin):
                 thing.close()
+
+
+def test_a_lease_connection_the_database_ended_is_seen_as_lost(postgres_server):
+    """What makes a standby exit for its service manager to start afresh (controller.standby)."""
+    import psycopg
+
+    with pg_server.database(postgres_server) as conninfo:
+        table = LeaseTable(psycopg.connect(conninfo, autocommit=True), True)
+        b = candidate(table, "b", ManualClock(T0))
+        with psycopg.connect(conninfo, autocommit=True) as admin:
+            assert b.try_acquire()
+            assert not b.connection_lost()
+            admin.execute("SELECT pg_terminate_backend(%s)", (table._conn.info.backend_pid,))
+            with pytest.raises(psycopg.OperationalError):
+                b.try_acquire()
+            assert b.connection_lost()
+        table.close()
