@@ -184,8 +184,10 @@ def order(
     if _gpu_sets(placement) == _gpu_sets(current):
         placement = current  # the same processes' GPUs in another rank order: no move
     problem = resize_problem(job.spec, placement, item.batch_size, item.lease_s)
-    if problem is None and job.id in book.pending:
-        problem = "a resize of it is already under way"
+    if problem is None and job.id in book.pending:  # policies repeat an order until it shows
+        log.debug("resize of %s waits: one is under way", job.id)
+        lifecycle.renew(state, job, item.lease_s)
+        return True
     if problem is None and placement != current:
         problem, passes = target_problem(state, book, job.id, placement)
         problem = None if passes else problem  # GPUs still being given up are waited for

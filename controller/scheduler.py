@@ -284,6 +284,11 @@ class Scheduler:
             log.error("migration of %s refused: %s", job.id, problem)
             return False
         taken = lifecycle.unavailable(state, placement, job.id)
+        reserved = state.resizes.reserved()
+        if taken is None and any(
+            set(p.gpu_indices) & reserved.get(p.node_id, set()) for p in placement
+        ):
+            taken = "a target GPU is reserved for a resize"
         if taken is not None:
             log.info("migration of %s skipped: %s", job.id, taken)
             return False

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from controller.commands import BatchSizeCommand, LaunchCommand, SuspendCommand
 from controller.placement import TaskPlacement
-from controller.policy.base import ClusterSnapshot, Decision, Launch, Resize
+from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Resize
 from mlsched.model import BatchRule, ElasticSpec, JobState, Progress, TaskState
 
 
@@ -85,6 +85,9 @@ def test_a_batch_change_on_the_same_gpus_goes_in_place_and_its_cost_is_recorded(
         "2 -> 2 GPUs (n1:[0], n1:[1]), global batch 128, by in-place batch: "
         "test: predicted gain 0.25"
     ]
+    c.sink.clear()
+    resize(c, job, tp(0, "n1", 0), tp(1, "n1", 1), batch=128)  # repeated before it shows
+    assert c.sink.of(BatchSizeCommand) == [] and len(messages(c, job, "resize_ordered")) == 1
     c.clock.advance(1.5)
     progress(c, job, 64)  # a report from before the switch closes nothing
     assert messages(c, job, "job_resized") == []
@@ -200,3 +203,19 @@ def test_the_same_gpus_in_another_rank_order_change_only_the_batch(cluster):
     assert not c.sink.of(SuspendCommand)
     assert [cmd.batch_size for _, cmd in c.sink.of(BatchSizeCommand)] == [96, 96]
     assert c.job(job.id).state is JobState.RUNNING
+
+
+def test_gpus_reserved_for_a_resize_are_not_given_to_a_migration(cluster):
+    c = cluster
+    c.add_node("n1", 3)
+    job = elastic_job(c, 1, BatchRule.FIXED_GLOBAL)
+    other = c.submit(gpus=1)
+    start(c, job, tp(0, "n1", 0))
+    start(c, other, tp(0, "n1", 1))
+    resize(c, job, tp(0, "n1", 0), tp(1, "n1", 2))  # GPU 2 is held for it from now on
+    c.sink.clear()
+    move = Migrate(other.id, (tp(0, "n1", 2),), 10.0, "overloaded")
+    c.scheduler.policy = StubPolicy(Decision(migrate=(move,)))
+    c.cycle()
+    assert not c.sink.of(SuspendCommand)
+    assert c.job(other.id).state is JobState.RUNNING
