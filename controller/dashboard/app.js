@@ -76,7 +76,7 @@ function drawJobs(list) {
   for (const job of list.jobs) {
     const row = el("tr");
     row.dataset.jobId = job.id;
-    const link = el("a", job.id.slice(0, 12));
+    const link = el("a", job.id);
     link.href = "/job/" + encodeURIComponent(job.id);
     const cells = [link, job.name, job.user, el("span", job.state, "state-" + job.state), job.job_class,
       job.gpus, job.iteration, duration(job.deadline_slack_s), duration(job.estimate_remaining_s),
