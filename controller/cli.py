@@ -174,7 +174,10 @@ def _operator_tls(args: argparse.Namespace) -> OperatorTls | None:
 
 
 def run_controller(args: argparse.Namespace) -> int:
-    configure_logging(args.log_level, args.log_format)
+    try:
+        configure_logging(args.log_level, args.log_format)
+    except ValueError as exc:  # MLSCHED_LOG_LEVEL/FORMAT (argparse checks the flags)
+        raise SystemExit(f"mlsched: {exc}") from None
     for name, value in (
         ("--lease-seconds", args.lease_seconds),
         ("--cycle-seconds", args.cycle_seconds),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Any, TextIO
 
@@ -62,16 +63,17 @@ def add_log_arguments(parser: argparse.ArgumentParser) -> None:
     """``--log-level`` and ``--log-format`` on a daemon's command."""
     parser.add_argument(
         "--log-level",
-        default="INFO",
+        default=os.environ.get("MLSCHED_LOG_LEVEL", "INFO").upper(),
         type=str.upper,
         choices=LEVELS,
-        help="least severe level logged [%(default)s]",
+        help="least severe level logged (env MLSCHED_LOG_LEVEL) [%(default)s]",
     )
     parser.add_argument(
         "--log-format",
-        default="text",
+        default=os.environ.get("MLSCHED_LOG_FORMAT", "text"),
         choices=FORMATS,
-        help="text lines, or one JSON object a line with job_id/node_id keys [%(default)s]",
+        help="text lines, or one JSON object a line with job_id/node_id keys (env"
+        " MLSCHED_LOG_FORMAT) [%(default)s]",
     )
 
 

@@ -334,7 +334,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     from nodeagent.agent import NodeAgent
 
     if not logging.getLogger().handlers or getattr(args, "log_format", "text") != "text":
-        configure_logging(getattr(args, "log_level", "INFO"), getattr(args, "log_format", "text"))
+        try:
+            configure_logging(
+                getattr(args, "log_level", "INFO"), getattr(args, "log_format", "text")
+            )
+        except ValueError as exc:  # MLSCHED_LOG_LEVEL/FORMAT (argparse checks the flags)
+            print(f"mlsched agent: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
     try:
         config = config_from_args(args)
         credentials = channel_credentials(config, security_args(args))
