@@ -11,6 +11,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 
+from controller.policy.base import Decision
 from controller.state import ControllerState
 from mlsched.logsetup import fields
 from mlsched.model import Event, JobState
@@ -44,6 +45,13 @@ def log_event(event: Event) -> None:
         level = logging.WARNING
     extra = fields(job_id=event.job_id, node_id=event.node_id, event=event.kind)
     log.log(level, "%s: %s", event.kind, event.message, extra=extra)
+
+
+def log_renewals(decision: Decision) -> None:
+    """Renewals record no event (one per job and lease): logged from the decision itself."""
+    for renew in decision.renew:
+        extra = fields(job_id=renew.job_id, event="lease_renewed")
+        log.info("lease_renewed: for %g s", renew.lease_s, extra=extra)
 
 
 class EventFollower:

@@ -22,8 +22,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from controller import http_api
 from controller.auth.tls_setup import ServerTls
-from controller.event_follower import EventFollower, log_event
+from controller.event_follower import EventFollower, log_event, log_renewals
 from controller.http_metrics import ControllerMetrics
+from controller.policy.base import Decision
 from controller.scheduler import Scheduler
 from controller.state import ControllerState
 from mlsched.grpcobs import AioRpcMetricsInterceptor, Health, RpcMetricsInterceptor
@@ -66,10 +67,14 @@ class ControllerObservability:
         self.metrics = ControllerMetrics(state)
         self.interceptor = RpcMetricsInterceptor(self.metrics.rpc)  # for a grpc.server
         self.aio_interceptor = AioRpcMetricsInterceptor(self.metrics.rpc)  # grpc.aio.server
-        scheduler.on_cycle = self.metrics.observe_cycle
+        scheduler.on_cycle = self._on_cycle
         self.follower = EventFollower(state, [log_event, self.metrics.observe_event])
         self.health: Health | None = None
         self.listener: HttpListener | None = None
+
+    def _on_cycle(self, decision: Decision, cycle_s: float, decide_s: float) -> None:
+        self.metrics.observe_cycle(decision, cycle_s, decide_s)
+        log_renewals(decision)
 
     def add_health(self, server: Any, run_on_loop: Callable[[Any], Any] | None = None) -> None:
         """The health service on the gRPC server (``run_on_loop``: for an aio server)."""

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
+from pathlib import Path
 
-from controller.event_follower import EventFollower, log_event, transition
+from controller.event_follower import EventFollower, log_event, log_renewals, transition
 from controller.http_metrics import ControllerMetrics
 from controller.placement import TaskPlacement
 from controller.policy.base import Decision, Launch, Renew, Suspend
 from mlsched.logsetup import JsonFormatter
-from mlsched.model import Event, JobState, TaskState
+from mlsched.model import Event, GpuMetrics, JobState, NodeMetrics, TaskState
+from nodeagent.http_metrics import AgentMetrics
 
 from .test_scheduler import StubPolicy
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def feed(c, metrics: ControllerMetrics, after: int) -> int:
@@ -147,3 +152,49 @@ def test_the_follower_delivers_each_new_event_once_in_order(cluster):
 
 def _failing_sink(event: Event) -> None:
     raise RuntimeError("a sink's bug")
+
+
+def _families(registry) -> set[str]:
+    return {family.name for family in registry.collect()}
+
+
+def test_the_grafana_dashboard_uses_only_metrics_the_daemons_export(cluster):
+    """Every mlsched_* name in deploy/grafana/ is a metric family of the controller or agent."""
+    c = cluster
+    c.add_node("n1", 1)
+    agent = AgentMetrics("n1")
+    agent.view.node = _metrics_sample()  # the agent's GPU gauges need a sample
+    exported = _families(ControllerMetrics(c.state).registry) | _families(agent.registry)
+    text = (
+        Path(__file__).resolve().parents[2] / "deploy/grafana/mlsched-dashboard.json"
+    ).read_text()
+    exprs = [t["expr"] for p in json.loads(text)["panels"] for t in p["targets"]]
+    used = {
+        re.sub(r"_(total|bucket|sum|count)$", "", name)
+        for expr in exprs
+        for name in re.findall(r"\bmlsched_\w+", expr)
+    }
+    assert len(used) >= 15
+    assert used - exported == set()
+
+
+def _metrics_sample() -> NodeMetrics:
+    """A node's metrics report as an agent samples it (one GPU)."""
+    return NodeMetrics(
+        time=1.0,
+        cpu_percent=50.0,
+        memory_used_bytes=1 << 30,
+        memory_total_bytes=4 << 30,
+        net_rx_bytes_per_s=0.0,
+        net_tx_bytes_per_s=0.0,
+        gpus=(GpuMetrics(0, 30.0, 1 << 20, 1 << 24, True),),
+    )
+
+
+def test_renewals_are_logged_with_their_job(caplog):
+    with caplog.at_level(logging.INFO, logger="mlsched.events"):
+        log_renewals(Decision(renew=(Renew("j-1", 100.0), Renew("j-2", 50.0))))
+    assert [(r.job_id, r.event, r.getMessage()) for r in caplog.records] == [
+        ("j-1", "lease_renewed", "lease_renewed: for 100 s"),
+        ("j-2", "lease_renewed", "lease_renewed: for 50 s"),
+    ]
