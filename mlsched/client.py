@@ -254,25 +254,24 @@ class Client:
         follow: bool = False,
         timeout_s: float | None = None,
     ) -> Iterator[Event]:
-        """Events after ``after_seq``; with ``follow`` the iterator waits for new ones."""
-        request = jobs_pb2.WatchEventsRequest(after_seq=after_seq, job_id=job_id, follow=follow)
+        """Events after ``after_seq``; with ``follow`` the iterator waits for new ones. With
+        several controller addresses a stream the controller ended UNAVAILABLE (it died, or is
+        a standby) goes on at the leader from the last event received: the controllers share
+        the events and their numbers."""
         tried = 0
-        while True:  # follows the leader until the first event (later, an error ends it)
+        while True:
+            request = jobs_pb2.WatchEventsRequest(after_seq=after_seq, job_id=job_id, follow=follow)
             stream = self._stub.WatchEvents(request, metadata=self._metadata, timeout=timeout_s)
             try:
-                first = next(stream, None)
+                for reply in stream:
+                    tried = 0
+                    event = serde.event_from_proto(reply.event)
+                    after_seq = event.seq
+                    yield event
+                return
             except grpc.RpcError as exc:
-                stream.cancel()
                 tried += 1
                 if not self._follow(exc, tried):
                     raise
-                continue
-            break
-        try:
-            if first is None:
-                return
-            yield serde.event_from_proto(first.event)
-            for reply in stream:
-                yield serde.event_from_proto(reply.event)
-        finally:
-            stream.cancel()
+            finally:
+                stream.cancel()

@@ -189,6 +189,9 @@ def test_the_standby_takes_over_from_a_killed_leader_and_the_job_trains_on(ha):
         started = wait_event(client, 0, lambda e: e.job_id == job.id and "-> RUNNING" in e.message)
         progress(client, job.id, 0)
         (pid,) = training_pids(ha.checkpoints)
+        # One event feed open across the failover: it goes on at b from the last event.
+        feed = client.events(after_seq=started.seq - 1, follow=True, timeout_s=120)
+        assert next(feed).seq == started.seq  # the stream to a is open
         lease_row = ha.lease_reader()  # connected before the kill: one query after it
         killed_at = lease_row.db_now()
         ha.controllers["a"].send_signal(signal.SIGKILL)
@@ -208,7 +211,8 @@ def test_the_standby_takes_over_from_a_killed_leader_and_the_job_trains_on(ha):
         # claims at once; a lease of slack for a loaded machine.
         assert granted_at - last.expires_at <= LEASE_S
 
-        elected = wait_event(client, started.seq, lambda e: e.kind == "leader_elected")
+        elected = next(e for e in feed if e.kind == "leader_elected")
+        feed.close()
         assert client.address == ha.addresses["b"]  # the client followed the leader
         back = wait_event(
             client, elected.seq, lambda e: e.kind == "node_registered" and e.node_id == "node-a"
