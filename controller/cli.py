@@ -9,10 +9,7 @@ import sys
 from pathlib import Path
 
 from controller.auth.tls_setup import OperatorTls
-from controller.policy import available_policies
-from controller.policy.registry import DEFAULT_POLICY
-from controller.server import Controller, ControllerConfig
-from controller.state import ControllerSettings
+from controller.policy.names import DEFAULT_POLICY, available_policies
 from mlsched.httplisten import split_listen
 from mlsched.logsetup import add_log_arguments
 from mlsched.logsetup import configure as configure_logging
@@ -174,10 +171,10 @@ def _operator_tls(args: argparse.Namespace) -> OperatorTls | None:
 
 
 def run_controller(args: argparse.Namespace) -> int:
-    try:
-        configure_logging(args.log_level, args.log_format)
-    except ValueError as exc:  # MLSCHED_LOG_LEVEL/FORMAT (argparse checks the flags)
-        raise SystemExit(f"mlsched: {exc}") from None
+    from controller.server import Controller, ControllerConfig  # the policies: imported
+    from controller.state import ControllerSettings  # to run, not for `mlsched --help`
+
+    configure_logging(args.log_level, args.log_format)
     for name, value in (
         ("--lease-seconds", args.lease_seconds),
         ("--cycle-seconds", args.cycle_seconds),

@@ -123,3 +123,31 @@ def test_controller_help_lists_the_policies_and_the_default():
 def test_one_default_policy_everywhere(path, pattern):
     found = re.findall(pattern, (ROOT / path).read_text(), re.M)
     assert found and {f.lower() for f in found} == {DEFAULT_POLICY}, (path, found)
+
+
+def test_the_light_list_of_policy_names_is_the_registrys() -> None:
+    from controller.policy.names import POLICY_NAMES
+    from controller.policy.registry import _FACTORIES
+
+    assert sorted(POLICY_NAMES) == sorted(_FACTORIES)
+    assert DEFAULT_POLICY in POLICY_NAMES
+
+
+def test_mlsched_help_imports_no_solver_and_no_policy() -> None:
+    """``mlsched --help`` (and ``controller --help``) name the policies without importing them,
+    nor the MILP solver, scipy, scikit-learn or torch (issue 18)."""
+    probe = (
+        "import sys\n"
+        "from mlsched.cli import main\n"
+        "for argv in (['--help'], ['controller', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('mip', 'highsbox', 'scipy', 'sklearn', 'torch', 'controller.policy.registry')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"

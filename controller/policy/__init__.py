@@ -12,7 +12,16 @@ from controller.policy.base import (
     Stop,
     Suspend,
 )
-from controller.policy.registry import available_policies, make_policy
+from controller.policy.names import available_policies
+
+
+def make_policy(name: str) -> Policy:
+    """A new policy of that name (``controller/policy/registry.py``; imported on first use, so
+    that naming policies, as ``mlsched --help`` does, imports none of them)."""
+    from controller.policy.registry import make_policy as make
+
+    return make(name)
+
 
 __all__ = [
     "ClusterSnapshot",

@@ -16,6 +16,7 @@ from controller.policy.edf import EdfPolicy
 from controller.policy.fair import FairPolicy
 from controller.policy.fifo import FifoPolicy
 from controller.policy.mlfs.policy import MlfhPolicy
+from controller.policy.names import DEFAULT_POLICY, available_policies
 from controller.policy.ones import OnesPolicy
 from controller.policy.optimus import OptimusPolicy
 from controller.policy.overload import AnswersOverloadRequests
@@ -25,7 +26,7 @@ from controller.policy.themis import ThemisPolicy
 from controller.policy.tiresias import TiresiasPolicy
 from controller.policy.unisched import UniSchedConfig, UniSchedPolicy
 
-DEFAULT_POLICY = "unisched"
+__all__ = ["DEFAULT_POLICY", "available_policies", "make_policy"]
 
 
 class _Fifo(AnswersOverloadRequests, FifoPolicy):
@@ -130,11 +131,8 @@ def _mlf_rl(load_control: bool, name: str) -> Policy:
     return MlfRlPolicy(load_control=load_control, name=name)
 
 
-def available_policies() -> list[str]:
-    return sorted(_FACTORIES)
-
-
 def make_policy(name: str) -> Policy:
+    """A new policy object of that name; ValueError naming the valid ones."""
     try:
         return _FACTORIES[name]()
     except KeyError:

@@ -1,0 +1,39 @@
+"""Policy names, importable without importing any policy (``mlsched --help`` stays light;
+``controller/policy/registry.py`` builds them, and a test keeps the two lists equal)."""
+
+from __future__ import annotations
+
+DEFAULT_POLICY = "unisched"
+
+POLICY_NAMES = (
+    "chic-ar",
+    "chronus",
+    "edf",
+    "fair",
+    "fifo",
+    "fifo-lease",
+    "mlf-h",
+    "mlf-rl",
+    "mlfs",
+    "ones",
+    "optimus",
+    "oracle",
+    "slaq",
+    "slaq-maxmin",
+    "srtf",
+    "themis",
+    "tiresias",
+    "unisched",
+    "unisched-cbc",
+    "unisched-feasible",
+    "unisched-highs",
+    "unisched-no-iter",
+    "unisched-no-sr",
+    "unisched-roundup",
+    "unisched-static-profiler",
+)
+
+
+def available_policies() -> list[str]:
+    """Every policy name, sorted."""
+    return sorted(POLICY_NAMES)
