@@ -174,7 +174,10 @@ def run_controller(args: argparse.Namespace) -> int:
     from controller.server import Controller, ControllerConfig  # the policies: imported
     from controller.state import ControllerSettings  # to run, not for `mlsched --help`
 
-    configure_logging(args.log_level, args.log_format)
+    try:
+        configure_logging(args.log_level, args.log_format)
+    except ValueError as exc:  # MLSCHED_LOG_LEVEL/FORMAT (argparse checks the flags)
+        raise SystemExit(f"mlsched: {exc}") from None
     for name, value in (
         ("--lease-seconds", args.lease_seconds),
         ("--cycle-seconds", args.cycle_seconds),
