@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.policy import available_policies, make_policy
+from mlsched.progress import Progress
 from simulator.elastic import LOADERS, ElasticJobModel, data_folder
 from simulator.engine import PRESETS, ClusterShape, SimConfig, Simulation
 from simulator.interference import Interference, load_interference
@@ -371,10 +372,10 @@ def run_simulate(args: argparse.Namespace) -> int:
         return 2
     results: dict[str, SimResult] = {}
     for name in policies:
-        progress = None if args.quiet else _progress_bar(name)
+        progress = None if args.quiet else Progress(name, "jobs")
         results[name] = run_policy(run, name, progress)
         if progress is not None:
-            print(file=sys.stderr)
+            progress.close()
     metrics = {name: compute_metrics(result) for name, result in results.items()}
     print(f"{len(jobs)} jobs on {shape.nodes}x{shape.gpus_per_node} GPUs")
     print(f"speed model: {model.speed_model.describe()}")
@@ -384,21 +385,3 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.plot:
         plot(results, args.plot)
     return 0
-
-
-def _progress_bar(policy: str):  # type: ignore[no-untyped-def]
-    state = {"shown": -1}
-
-    def show(done: int, total: int) -> None:
-        percent = 100 * done // max(total, 1)
-        if percent != state["shown"]:
-            state["shown"] = percent
-            bar = "#" * (percent // 4)
-            print(
-                f"\r{policy:>10} [{bar:<25}] {percent:3d}% {done}/{total} jobs",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    return show
