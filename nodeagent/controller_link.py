@@ -21,6 +21,7 @@ from nodeagent.model import (
     NodeMetrics,
     ProgressInfo,
     Registration,
+    RegroupRequest,
     TaskMetrics,
     TaskRef,
     TaskStatusInfo,
@@ -71,6 +72,10 @@ class ControllerHandler(Protocol):
 
     def fetch_logs(self, ref: TaskRef, max_bytes: int) -> LogsResult:
         """FetchLogs."""
+        ...
+
+    def regroup(self, request: RegroupRequest) -> None:
+        """RegroupTask: change a running attempt's process count in place."""
         ...
 
     def ack(self, ref: TaskRef) -> None:
@@ -376,6 +381,8 @@ class ControllerLink:
         elif kind == "lease":
             ref = convert.task_ref_from_pb(response.lease.task)
             handler.trainer_command(ref, convert.lease_from_pb(response.lease))
+        elif kind == "regroup":
+            handler.regroup(convert.regroup_from_pb(response.regroup))
         elif kind == "trainer_command":
             command = convert.trainer_command_from_pb(response.trainer_command)
             if command is not None:

@@ -15,6 +15,8 @@ from nodeagent.model import (
     NodeMetrics,
     ProgressInfo,
     Registration,
+    RegroupCommand,
+    RegroupRequest,
     StopCommand,
     SuspendCommand,
     TargetMetric,
@@ -78,6 +80,34 @@ def launch_from_pb(msg: agent_pb2.LaunchTask) -> LaunchRequest:
         max_iterations=max_iterations,
         target=target,
         ps_workers=msg.ps_workers,
+    )
+
+
+def regroup_from_pb(msg: agent_pb2.RegroupTask) -> RegroupRequest:
+    """RegroupTask to RegroupRequest: each new rank becomes the launch of that rank."""
+    launches = tuple(
+        launch_from_pb(
+            agent_pb2.LaunchTask(
+                task=agent_pb2.TaskRef(job_id=msg.job_id, rank=new.rank, attempt=msg.attempt),
+                spec=msg.spec,
+                gpu_indices=new.gpu_indices,
+                world_size=msg.world_size,
+                local_rank=new.rank,
+                local_world_size=msg.world_size,
+                master_port=msg.master_port,
+                user=msg.user,
+            )
+        )
+        for new in msg.new_ranks
+    )
+    return RegroupRequest(
+        job_id=msg.job_id,
+        attempt=msg.attempt,
+        generation=msg.generation,
+        world_size=msg.world_size,
+        launches=launches,
+        master_port=msg.master_port,
+        batch_size=msg.batch_size,
     )
 
 
@@ -261,6 +291,16 @@ def trainer_response_to_pb(command: TrainerCommand) -> trainer_pb2.TrainerSessio
     if isinstance(command, BatchSizeCommand):
         return trainer_pb2.TrainerSessionResponse(
             change_batch_size=trainer_pb2.ChangeBatchSize(batch_size=command.batch_size)
+        )
+    if isinstance(command, RegroupCommand):
+        return trainer_pb2.TrainerSessionResponse(
+            regroup=trainer_pb2.Regroup(
+                generation=command.generation,
+                world_size=command.world_size,
+                master_addr=command.master_addr,
+                master_port=command.master_port,
+                batch_size=command.batch_size,
+            )
         )
     return trainer_pb2.TrainerSessionResponse(
         lease=trainer_pb2.LeaseNotice(expires_at=command.expires_at, renewed=command.renewed)

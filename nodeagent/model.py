@@ -171,7 +171,35 @@ class LeaseCommand:
     renewed: bool
 
 
-TrainerCommand = SuspendCommand | StopCommand | BatchSizeCommand | LeaseCommand
+@dataclass(frozen=True)
+class RegroupCommand:
+    """Re-form the job's process group in place (trainer_shim/regroup.py)."""
+
+    generation: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    batch_size: int = 0
+
+
+@dataclass(frozen=True)
+class RegroupRequest:
+    """Change a running attempt's process count on this node in place (nodeagent/regroup.py).
+
+    ``launches``: the new ranks, from the old world size up; their master port is 0 when
+    ``master_port`` is (the agent then picks one for the whole group).
+    """
+
+    job_id: str
+    attempt: int
+    generation: int
+    world_size: int
+    launches: tuple[LaunchRequest, ...] = ()
+    master_port: int = 0
+    batch_size: int = 0
+
+
+TrainerCommand = SuspendCommand | StopCommand | BatchSizeCommand | LeaseCommand | RegroupCommand
 
 
 @dataclass(frozen=True)

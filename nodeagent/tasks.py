@@ -27,6 +27,8 @@ from nodeagent.model import (
     LaunchRequest,
     LogsResult,
     ProgressInfo,
+    RegroupCommand,
+    RegroupRequest,
     RunningTask,
     StopCommand,
     SuspendCommand,
@@ -39,8 +41,9 @@ from nodeagent.paths import AgentPaths, is_safe_component
 from nodeagent.peercheck import Peer, peer_is_task
 from nodeagent.progress import ProgressRelay
 from nodeagent.records import RecordStore, TaskRecord
+from nodeagent.regroup import joining_launch, regroup_refusal
 from nodeagent.selffence import ShimFence
-from nodeagent.taskenv import TaskContext, build_task_env
+from nodeagent.taskenv import DEFAULT_MASTER_ADDR, TaskContext, build_task_env
 from nodeagent.taskuser import TaskIdentity, TaskUserError, TaskUsers, prepare_task_dirs
 from nodeagent.trainer_channel import TrainerChannel
 
@@ -376,6 +379,50 @@ class TaskManager:
             kill_at = now + self._kill_grace_s
             task.kill_at = kill_at if task.kill_at is None else min(task.kill_at, kill_at)
             log.info("killing task %s: %s", ref, reason or "no reason")
+
+    def regroup(self, request: RegroupRequest) -> bool:
+        """Change a running attempt's process count in place (nodeagent/regroup.py): start the
+        new ranks and send every running rank the new rendezvous. False (logged) when it
+        cannot be done here; the controller then falls back to checkpoint-restart."""
+        with self._lock:
+            ranks = {
+                ref.rank: task
+                for ref, task in self._live.items()
+                if (ref.job_id, ref.attempt) == (request.job_id, request.attempt)
+            }
+            leaving = [
+                rank
+                for rank, task in ranks.items()
+                if task.record.suspend_requested
+                or task.record.kill_requested
+                or task.record.stop_reason
+            ]
+            refusal = regroup_refusal(request, ranks, leaving)
+            if refusal is not None:
+                log.error("regroup %d refused: %s", request.generation, refusal)
+                return False
+            port = request.master_port or find_free_port()
+            for launch in request.launches:
+                self.launch(joining_launch(launch, request, port))
+            command = RegroupCommand(
+                request.generation,
+                request.world_size,
+                DEFAULT_MASTER_ADDR,
+                port,
+                request.batch_size,
+            )
+            for task in ranks.values():
+                task.channel.push(command, sticky=True)  # a re-sent one is ignored by the shim
+            log.info(
+                "regroup %d of %s attempt %d: %d -> %d ranks, rendezvous port %d",
+                request.generation,
+                request.job_id,
+                request.attempt,
+                len(ranks),
+                request.world_size,
+                port,
+            )
+            return True
 
     def trainer_command(self, ref: TaskRef, command: TrainerCommand) -> bool:
         """Queue a command for the task's trainer; False when the task is not running here."""

@@ -1,5 +1,7 @@
-"""torch.distributed helpers: process-group setup and the small collectives behind the
-rank-consistent `should_stop`/`should_suspend`/`requested_batch_size` decisions."""
+"""torch.distributed helpers: process-group setup, the small collectives behind the
+rank-consistent `should_stop`/`should_suspend`/`requested_batch_size` decisions, and the pieces
+of an in-place regroup (a rendezvous store of one's own, joining a group on it, sending rank 0's
+state to every rank; trainer_shim/regroup.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,15 @@ from torch import nn
 
 __all__ = [
     "any_rank",
+    "backend_for",
+    "broadcast_from_rank0",
     "destroy_process_group",
     "from_rank0",
+    "from_rank0_ints",
     "init_process_group",
     "is_active",
+    "join_group",
+    "rendezvous_store",
     "unwrap_model",
 ]
 
@@ -45,6 +52,56 @@ def from_rank0(value: int) -> int:
     return int(tensor.item())
 
 
+def from_rank0_ints(values: list[int]) -> list[int]:
+    """Collective: rank 0's list of integers (the same length on every rank), on every rank."""
+    tensor = torch.tensor(values, dtype=torch.int64, device=_collective_device())
+    dist.broadcast(tensor, src=0)
+    return [int(v) for v in tensor.tolist()]
+
+
+def broadcast_from_rank0(payload: object) -> object:
+    """Collective: rank 0's picklable `payload` (state dicts included), on every rank."""
+    holder = [payload if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def backend_for(device: torch.device) -> str:
+    """NCCL for a CUDA device, else gloo."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def rendezvous_store(host: str, port: int, *, serve: bool, timeout: timedelta) -> dist.TCPStore:
+    """The TCPStore of a new group: served here (rank 0; returns at once) or reached as a
+    client (retrying until the server is up or `timeout` passes)."""
+    if serve:
+        return dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timeout)
+    return dist.TCPStore(host, port, is_master=False, timeout=timeout)
+
+
+def join_group(
+    store: dist.Store,
+    prefix: str,
+    rank: int,
+    world_size: int,
+    device: torch.device,
+    timeout: timedelta,
+) -> None:
+    """Make the default process group `rank` of `world_size` on `store` (keys under `prefix`).
+
+    Any earlier default group must have been destroyed; returns when every rank has joined.
+    """
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        backend=backend_for(device),
+        store=dist.PrefixStore(prefix, store),
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+    )
+
+
 def init_process_group(
     device: torch.device,
     backend: str | None = None,
@@ -58,7 +115,7 @@ def init_process_group(
     if dist.is_initialized():
         return False
     if backend is None:
-        backend = "nccl" if device.type == "cuda" else "gloo"
+        backend = backend_for(device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     kwargs = {} if timeout is None else {"timeout": timeout}

@@ -295,7 +295,7 @@ class FetchLogs(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., task: _Optional[_Union[TaskRef, _Mapping]] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class AgentSessionResponse(_message.Message):
-    __slots__ = ("registered", "launch", "suspend", "kill", "lease", "trainer_command", "fetch_logs", "ack", "priority")
+    __slots__ = ("registered", "launch", "suspend", "kill", "lease", "trainer_command", "fetch_logs", "ack", "priority", "regroup")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     LAUNCH_FIELD_NUMBER: _ClassVar[int]
     SUSPEND_FIELD_NUMBER: _ClassVar[int]
@@ -305,6 +305,7 @@ class AgentSessionResponse(_message.Message):
     FETCH_LOGS_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    REGROUP_FIELD_NUMBER: _ClassVar[int]
     registered: Registered
     launch: LaunchTask
     suspend: SuspendTask
@@ -314,7 +315,38 @@ class AgentSessionResponse(_message.Message):
     fetch_logs: FetchLogs
     ack: TaskStatusAck
     priority: TaskPriority
-    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., suspend: _Optional[_Union[SuspendTask, _Mapping]] = ..., kill: _Optional[_Union[KillTask, _Mapping]] = ..., lease: _Optional[_Union[LeaseUpdate, _Mapping]] = ..., trainer_command: _Optional[_Union[TrainerCommand, _Mapping]] = ..., fetch_logs: _Optional[_Union[FetchLogs, _Mapping]] = ..., ack: _Optional[_Union[TaskStatusAck, _Mapping]] = ..., priority: _Optional[_Union[TaskPriority, _Mapping]] = ...) -> None: ...
+    regroup: RegroupTask
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., suspend: _Optional[_Union[SuspendTask, _Mapping]] = ..., kill: _Optional[_Union[KillTask, _Mapping]] = ..., lease: _Optional[_Union[LeaseUpdate, _Mapping]] = ..., trainer_command: _Optional[_Union[TrainerCommand, _Mapping]] = ..., fetch_logs: _Optional[_Union[FetchLogs, _Mapping]] = ..., ack: _Optional[_Union[TaskStatusAck, _Mapping]] = ..., priority: _Optional[_Union[TaskPriority, _Mapping]] = ..., regroup: _Optional[_Union[RegroupTask, _Mapping]] = ...) -> None: ...
+
+class RegroupTask(_message.Message):
+    __slots__ = ("job_id", "attempt", "generation", "world_size", "new_ranks", "spec", "user", "master_port", "batch_size")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NEW_RANKS_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    attempt: int
+    generation: int
+    world_size: int
+    new_ranks: _containers.RepeatedCompositeFieldContainer[RegroupRank]
+    spec: _common_pb2.JobSpec
+    user: str
+    master_port: int
+    batch_size: int
+    def __init__(self, job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., generation: _Optional[int] = ..., world_size: _Optional[int] = ..., new_ranks: _Optional[_Iterable[_Union[RegroupRank, _Mapping]]] = ..., spec: _Optional[_Union[_common_pb2.JobSpec, _Mapping]] = ..., user: _Optional[str] = ..., master_port: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
+class RegroupRank(_message.Message):
+    __slots__ = ("rank", "gpu_indices")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    gpu_indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, rank: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TaskPriority(_message.Message):
     __slots__ = ("task", "priority")

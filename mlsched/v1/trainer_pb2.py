@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mlsched.v1 import common_pb2 as mlsched_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mlsched/v1/trainer.proto\x12\nmlsched.v1\x1a\x17mlsched/v1/common.proto\"-\n\x0f\x43heckpointSaved\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x0c\n\x04path\x18\x02 \x01(\t\"\x18\n\x08Restored\x12\x0c\n\x04step\x18\x01 \x01(\x03\".\n\tSaveState\x12\x13\n\x0bin_progress\x18\x01 \x01(\x08\x12\x0c\n\x04step\x18\x02 \x01(\x03\"\xd6\x01\n\x15TrainerSessionRequest\x12(\n\x08progress\x18\x01 \x01(\x0b\x32\x14.mlsched.v1.ProgressH\x00\x12\x37\n\x10\x63heckpoint_saved\x18\x02 \x01(\x0b\x32\x1b.mlsched.v1.CheckpointSavedH\x00\x12(\n\x08restored\x18\x03 \x01(\x0b\x32\x14.mlsched.v1.RestoredH\x00\x12%\n\x04save\x18\x04 \x01(\x0b\x32\x15.mlsched.v1.SaveStateH\x00\x42\t\n\x07message\"\x1c\n\nSuspendNow\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x19\n\x07StopNow\x12\x0e\n\x06reason\x18\x01 \x01(\t\"%\n\x0f\x43hangeBatchSize\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\"2\n\x0bLeaseNotice\x12\x12\n\nexpires_at\x18\x01 \x01(\x01\x12\x0f\n\x07renewed\x18\x02 \x01(\x08\"\x0c\n\nAgentAlive\"\x80\x02\n\x16TrainerSessionResponse\x12)\n\x07suspend\x18\x01 \x01(\x0b\x32\x16.mlsched.v1.SuspendNowH\x00\x12#\n\x04stop\x18\x02 \x01(\x0b\x32\x13.mlsched.v1.StopNowH\x00\x12\x38\n\x11\x63hange_batch_size\x18\x03 \x01(\x0b\x32\x1b.mlsched.v1.ChangeBatchSizeH\x00\x12(\n\x05lease\x18\x04 \x01(\x0b\x32\x17.mlsched.v1.LeaseNoticeH\x00\x12\'\n\x05\x61live\x18\x05 \x01(\x0b\x32\x16.mlsched.v1.AgentAliveH\x00\x42\t\n\x07message2m\n\x0eTrainerService\x12[\n\x0eTrainerSession\x12!.mlsched.v1.TrainerSessionRequest\x1a\".mlsched.v1.TrainerSessionResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mlsched/v1/trainer.proto\x12\nmlsched.v1\x1a\x17mlsched/v1/common.proto\"-\n\x0f\x43heckpointSaved\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x0c\n\x04path\x18\x02 \x01(\t\"\x18\n\x08Restored\x12\x0c\n\x04step\x18\x01 \x01(\x03\".\n\tSaveState\x12\x13\n\x0bin_progress\x18\x01 \x01(\x08\x12\x0c\n\x04step\x18\x02 \x01(\x03\"\xd6\x01\n\x15TrainerSessionRequest\x12(\n\x08progress\x18\x01 \x01(\x0b\x32\x14.mlsched.v1.ProgressH\x00\x12\x37\n\x10\x63heckpoint_saved\x18\x02 \x01(\x0b\x32\x1b.mlsched.v1.CheckpointSavedH\x00\x12(\n\x08restored\x18\x03 \x01(\x0b\x32\x14.mlsched.v1.RestoredH\x00\x12%\n\x04save\x18\x04 \x01(\x0b\x32\x15.mlsched.v1.SaveStateH\x00\x42\t\n\x07message\"\x1c\n\nSuspendNow\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x19\n\x07StopNow\x12\x0e\n\x06reason\x18\x01 \x01(\t\"%\n\x0f\x43hangeBatchSize\x12\x12\n\nbatch_size\x18\x01 \x01(\x05\"2\n\x0bLeaseNotice\x12\x12\n\nexpires_at\x18\x01 \x01(\x01\x12\x0f\n\x07renewed\x18\x02 \x01(\x08\"\x0c\n\nAgentAlive\"o\n\x07Regroup\x12\x12\n\ngeneration\x18\x01 \x01(\x03\x12\x12\n\nworld_size\x18\x02 \x01(\x05\x12\x13\n\x0bmaster_addr\x18\x03 \x01(\t\x12\x13\n\x0bmaster_port\x18\x04 \x01(\x05\x12\x12\n\nbatch_size\x18\x05 \x01(\x05\"\xa8\x02\n\x16TrainerSessionResponse\x12)\n\x07suspend\x18\x01 \x01(\x0b\x32\x16.mlsched.v1.SuspendNowH\x00\x12#\n\x04stop\x18\x02 \x01(\x0b\x32\x13.mlsched.v1.StopNowH\x00\x12\x38\n\x11\x63hange_batch_size\x18\x03 \x01(\x0b\x32\x1b.mlsched.v1.ChangeBatchSizeH\x00\x12(\n\x05lease\x18\x04 \x01(\x0b\x32\x17.mlsched.v1.LeaseNoticeH\x00\x12\'\n\x05\x61live\x18\x05 \x01(\x0b\x32\x16.mlsched.v1.AgentAliveH\x00\x12&\n\x07regroup\x18\x06 \x01(\x0b\x32\x13.mlsched.v1.RegroupH\x00\x42\t\n\x07message2m\n\x0eTrainerService\x12[\n\x0eTrainerSession\x12!.mlsched.v1.TrainerSessionRequest\x1a\".mlsched.v1.TrainerSessionResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -50,8 +50,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEASENOTICE']._serialized_end=549
   _globals['_AGENTALIVE']._serialized_start=551
   _globals['_AGENTALIVE']._serialized_end=563
-  _globals['_TRAINERSESSIONRESPONSE']._serialized_start=566
-  _globals['_TRAINERSESSIONRESPONSE']._serialized_end=822
-  _globals['_TRAINERSERVICE']._serialized_start=824
-  _globals['_TRAINERSERVICE']._serialized_end=933
+  _globals['_REGROUP']._serialized_start=565
+  _globals['_REGROUP']._serialized_end=676
+  _globals['_TRAINERSESSIONRESPONSE']._serialized_start=679
+  _globals['_TRAINERSESSIONRESPONSE']._serialized_end=975
+  _globals['_TRAINERSERVICE']._serialized_start=977
+  _globals['_TRAINERSERVICE']._serialized_end=1086
 # @@protoc_insertion_point(module_scope)

@@ -70,16 +70,32 @@ class AgentAlive(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class Regroup(_message.Message):
+    __slots__ = ("generation", "world_size", "master_addr", "master_port", "batch_size")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    MASTER_PORT_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    batch_size: int
+    def __init__(self, generation: _Optional[int] = ..., world_size: _Optional[int] = ..., master_addr: _Optional[str] = ..., master_port: _Optional[int] = ..., batch_size: _Optional[int] = ...) -> None: ...
+
 class TrainerSessionResponse(_message.Message):
-    __slots__ = ("suspend", "stop", "change_batch_size", "lease", "alive")
+    __slots__ = ("suspend", "stop", "change_batch_size", "lease", "alive", "regroup")
     SUSPEND_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     CHANGE_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
+    REGROUP_FIELD_NUMBER: _ClassVar[int]
     suspend: SuspendNow
     stop: StopNow
     change_batch_size: ChangeBatchSize
     lease: LeaseNotice
     alive: AgentAlive
-    def __init__(self, suspend: _Optional[_Union[SuspendNow, _Mapping]] = ..., stop: _Optional[_Union[StopNow, _Mapping]] = ..., change_batch_size: _Optional[_Union[ChangeBatchSize, _Mapping]] = ..., lease: _Optional[_Union[LeaseNotice, _Mapping]] = ..., alive: _Optional[_Union[AgentAlive, _Mapping]] = ...) -> None: ...
+    regroup: Regroup
+    def __init__(self, suspend: _Optional[_Union[SuspendNow, _Mapping]] = ..., stop: _Optional[_Union[StopNow, _Mapping]] = ..., change_batch_size: _Optional[_Union[ChangeBatchSize, _Mapping]] = ..., lease: _Optional[_Union[LeaseNotice, _Mapping]] = ..., alive: _Optional[_Union[AgentAlive, _Mapping]] = ..., regroup: _Optional[_Union[Regroup, _Mapping]] = ...) -> None: ...
