@@ -16,7 +16,9 @@ Figures:
   (the decision);
 - ``cycle_p99_s``: scheduling cycles (``Scheduler.run_cycle``, timed inside the controller
   process by this script's wrapper); ``rss_mib`` / ``peak_rss_mib``: the controller's at the end;
-  ``controller_cpu_s``: its user + system CPU over the run.
+  ``controller_cpu_s``: its user + system CPU over the run; ``rss_samples_mib``: its RSS every
+  ``--rss-every-s`` from the first submit (a soak: ``--jobs`` large, ``--retain-finished``
+  passed on with ``--controller-arg``).
 
 ``--profile`` samples every controller thread's Python stack every 5 ms and prints the functions
 seen most often in busy threads (py-spy is not installed; a waiting thread is left out).
@@ -247,6 +249,24 @@ def submit_all(address: str, jobs: int, threads: int, deadline: float) -> tuple[
     return time.perf_counter() - started, sum(failed)
 
 
+class RssProbe(threading.Thread):
+    """The controller's resident memory every ``interval_s`` (memory flat over a soak)."""
+
+    def __init__(self, pid: int, interval_s: float) -> None:
+        super().__init__(name="rss-probe", daemon=True)
+        self.pid = pid
+        self.interval_s = interval_s
+        self.samples: list[float] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval_s):
+            try:
+                self.samples.append(round(_proc_status(self.pid)["VmRSS"], 1))
+            except (OSError, KeyError):  # the controller ended
+                return
+
+
 class HeartbeatProbe(threading.Thread):
     """``ListNodes`` every 2 s: last_seen minus the latest metrics report's send time."""
 
@@ -317,11 +337,14 @@ def measure(
     register_s = time.monotonic() - started
     probe = HeartbeatProbe(address)
     probe.start()
+    rss = RssProbe(controller.pid, args.rss_every_s)
+    rss.start()
     deadline = time.monotonic() + args.timeout
     submit_s, submit_failed = submit_all(address, args.jobs, args.submit_threads, deadline)
     done = counts.wait_for("done", args.jobs - submit_failed, deadline)
     run_s = time.monotonic() - started
     probe.halt.set()
+    rss.halt.set()
     decided = launch_decisions(address) if submit_failed < args.jobs else {}
     usage = _proc_status(controller.pid)
     receipts: dict[str, float] = {}
@@ -353,6 +376,7 @@ def measure(
         "rss_mib": round(usage["VmRSS"], 1),
         "peak_rss_mib": round(usage["VmHWM"], 1),
         "controller_cpu_s": round(usage["cpu_s"], 1),
+        "rss_samples_mib": rss.samples,
         "run_s": round(run_s, 1),
         "agent_errors": errors[:5],
         "state_dir": str(tmp),
@@ -384,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--register-timeout", type=float, default=120.0)
     p.add_argument("--timeout", type=float, default=600.0, help="wait for completions")
     p.add_argument("--controller-arg", action="append", default=[], help="passed on")
+    p.add_argument("--rss-every-s", type=float, default=30.0, help="RSS sample interval")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)

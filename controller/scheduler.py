@@ -181,8 +181,9 @@ class Scheduler:
         while item is not None:
             started = time.perf_counter()
             with self.state.holding_commands():
+                free = self._free_gpus()
                 while item is not None and time.perf_counter() - started < self.launch_slice_s:
-                    self._launch(item)
+                    self._launch(item, *free)
                     item = next(launches, None)
         with self.state.holding_commands():
             self._apply_rest(decision)
@@ -231,16 +232,11 @@ class Scheduler:
                     job.estimate = estimate
                     state.save_job(job)
 
-    def _launch(self, item: Launch) -> None:
+    def _free_gpus(self) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+        """GPUs held or reserved, and the GPUs of the nodes that take new tasks, per node: once
+        per launch slice, kept up to date by ``_launch`` (per launch, these scans of every job,
+        task and node made a cycle O(launches x jobs); issue 12, docs/scale.md)."""
         state = self.state
-        job = state.job(item.job_id)
-        if job is None or not job.state.queued:
-            return
-        problem = placement_problem(job.spec, item.placement)
-        if problem is not None:
-            log.error("launch of %s refused: %s", job.id, problem)
-            return
-        placement = tuple(sorted(item.placement, key=lambda p: p.rank))
         busy = state.busy_gpus()
         reserved = (lifecycle.reserved_gpus(state), state.resizes.reserved())
         for node_id, gpus in (kv for r in reserved for kv in r.items()):
@@ -250,17 +246,36 @@ class Scheduler:
             for n in state.schedulable_nodes()
             if n.accepts_new_tasks  # not on a full state disk
         }
+        return busy, schedulable
+
+    def _launch(
+        self, item: Launch, busy: dict[str, set[int]], schedulable: dict[str, set[int]]
+    ) -> None:
+        """Launch ``item`` if its GPUs are free in ``busy``, then count them in it."""
+        state = self.state
+        job = state.job(item.job_id)
+        if job is None or not job.state.queued:
+            return
+        problem = placement_problem(job.spec, item.placement)
+        if problem is not None:
+            log.error("launch of %s refused: %s", job.id, problem)
+            return
+        placement = tuple(sorted(item.placement, key=lambda p: p.rank))
+        wanted: dict[str, set[int]] = {}
         for p in placement:
             gpus = set(p.gpu_indices)
             if (
                 p.node_id not in schedulable
                 or not gpus <= schedulable[p.node_id]
                 or (gpus & busy.get(p.node_id, set()))
+                or (gpus & wanted.get(p.node_id, set()))
             ):
                 log.info("launch of %s skipped: %s:%s no longer free", job.id, p.node_id, gpus)
                 return
-            busy.setdefault(p.node_id, set()).update(gpus)
+            wanted.setdefault(p.node_id, set()).update(gpus)
         resize.launch(state, state.resizes, job, placement, item.lease_s)
+        for node_id, gpus in wanted.items():  # held now (or, if it did not launch, next cycle)
+            busy.setdefault(node_id, set()).update(gpus)
 
     def _migrate(self, item: Migrate) -> bool:
         """Order a migration (``lifecycle.migrate``); True when ordered."""
