@@ -16,8 +16,8 @@ event. Mechanisms, in order:
 
 A second in-place mechanism (regrouping the processes without a restart) plugs in before
 ``suspend/resume`` in ``MECHANISMS``: an object with ``name``, ``accepts(state, job, current,
-target, batch)``, ``start(state, book, pending)`` and ``settled(pending, job, attempt, batch)``
-(:class:`Mechanism`; ``docs/elastic.md``).
+target, batch)``, ``start(state, book, pending)`` and ``settled(pending, job, attempt, batch,
+elapsed_s)`` (:class:`Mechanism`; ``docs/elastic.md``).
 
 An elastic job's attempt is launched (:func:`launch`) with its global batch for the GPUs it
 gets, the spec's batch and its learning-rate rule in its environment
@@ -59,10 +59,12 @@ class Mechanism(Protocol):
 
     def start(self, state: ControllerState, book: ResizeBook, pending: PendingResize) -> None: ...
 
-    def settled(self, pending: PendingResize, job: Job, attempt: int, batch: int) -> str | None:
-        """After a progress report of rank 0 of ``attempt`` at global ``batch``: "" once the
-        job trains in its new shape, a reason when the resize cannot finish any more, None
-        while it is under way."""
+    def settled(
+        self, pending: PendingResize, job: Job, attempt: int, batch: int, elapsed_s: float
+    ) -> str | None:
+        """After a progress report of rank 0 of ``attempt`` at global ``batch``, ``elapsed_s``
+        after the order: "" once the job trains in its new shape, a reason when the resize
+        cannot finish any more, None while it is under way."""
         ...
 
 
@@ -80,10 +82,18 @@ class InPlaceBatch:
             state.send(task.node_id, BatchSizeCommand(lifecycle.ref(task), pending.batch_size))
         lifecycle.renew(state, job, pending.lease_s)
 
-    def settled(self, pending: PendingResize, job: Job, attempt: int, batch: int) -> str | None:
+    def settled(
+        self, pending: PendingResize, job: Job, attempt: int, batch: int, elapsed_s: float
+    ) -> str | None:
+        """Done at the first report at the new batch; a script that still reports the old
+        one a lease after the order does not follow batch changes: given up."""
         if attempt != pending.attempt:
             return "the job restarted before it changed its batch"
-        return "" if batch == pending.batch_size else None
+        if batch == pending.batch_size:
+            return ""
+        if elapsed_s > pending.lease_s:
+            return f"the job still reports batch {batch} after {elapsed_s:.0f} s"
+        return None
 
 
 class SuspendResume:
@@ -100,7 +110,9 @@ class SuspendResume:
             state, job, f"resizing to {pending.to_gpus} GPUs on {_where(pending.placement)}"
         )
 
-    def settled(self, pending: PendingResize, job: Job, attempt: int, batch: int) -> str | None:
+    def settled(
+        self, pending: PendingResize, job: Job, attempt: int, batch: int, elapsed_s: float
+    ) -> str | None:
         """Done at the first report of the attempt launched on the target (``resume_ready``
         drops a resize whose job was launched elsewhere)."""
         relaunched = pending.relaunched and attempt == job.attempt > pending.attempt
@@ -339,13 +351,13 @@ def note_progress(
     )
     if pending is None or mechanism is None:
         return
-    outcome = mechanism.settled(pending, job, attempt, batch)
+    cost = state.clock.now() - pending.ordered_at
+    outcome = mechanism.settled(pending, job, attempt, batch, cost)
     if outcome:
         _abandon(state, book, pending, outcome)
     if outcome != "":
         return
     del book.pending[job.id]
-    cost = state.clock.now() - pending.ordered_at
     state.emit(
         "job_resized",
         f"{pending.from_gpus} -> {pending.to_gpus} GPUs, global batch {pending.batch_size}, "

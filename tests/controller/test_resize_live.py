@@ -219,3 +219,22 @@ def test_gpus_reserved_for_a_resize_are_not_given_to_a_migration(cluster):
     c.cycle()
     assert not c.sink.of(SuspendCommand)
     assert c.job(other.id).state is JobState.RUNNING
+
+
+def test_an_in_place_change_the_script_ignores_is_given_up_after_a_lease(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = elastic_job(c, 1, BatchRule.SCHEDULER, max_batch_size=256)
+    start(c, job, tp(0, "n1", 0))
+    resize(c, job, tp(0, "n1", 0), batch=128)
+    c.clock.advance(10.0)  # the order's lease
+    progress(c, job, 64)
+    assert messages(c, job, "resize_abandoned") == []
+    c.clock.advance(0.5)
+    progress(c, job, 64, iteration=11)
+    assert messages(c, job, "resize_abandoned") == [
+        "in-place batch: the job still reports batch 64 after 10 s"
+    ]
+    c.sink.clear()
+    resize(c, job, tp(0, "n1", 0), batch=96)  # the job may be resized again
+    assert [cmd.batch_size for _, cmd in c.sink.of(BatchSizeCommand)] == [96]
