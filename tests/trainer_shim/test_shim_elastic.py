@@ -4,6 +4,7 @@ scale, and callbacks when a batch changes in place."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import trainer_shim
 from trainer_shim.elastic import Scale, from_env
@@ -56,3 +57,20 @@ def test_a_batch_change_calls_back_once_at_the_step_boundary(tmp_path):
         assert len(seen) == 1
         job.control.request_batch_size(192)  # the same batch again: no call
         assert job.check_scale() is None and len(seen) == 1
+
+
+@pytest.mark.parametrize(("environ", "expected"), [(ELASTIC, 96), ({}, 40)])
+def test_on_resume_the_controller_s_batch_outranks_the_checkpoint_s(tmp_path, environ, expected):
+    model = torch.nn.Linear(2, 2)
+    with trainer_shim.init(environ={}, checkpoint_dir=tmp_path, batch_size=32) as job:
+        job.restore(model)
+        job.report(1, batch_size=40)
+        job.save_checkpoint(1, model)
+    seen: list[Scale] = []
+    with trainer_shim.init(
+        environ=environ, checkpoint_dir=tmp_path, batch_size=32, resume=True
+    ) as job:
+        job.on_scale_change(seen.append)
+        assert job.restore(model) == 1
+        assert job.scale.batch_size == expected
+        assert [s.batch_size for s in seen] == ([] if environ else [40])
