@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -206,7 +207,6 @@ def jobs_table(jobs: Sequence[tuple[Job, Sequence[Task]]], now: float | None = N
     rows = []
     for job, tasks in jobs:
         live_nodes = sorted({t.node_id for t in tasks if not t.state.ended})
-        age = (job.end_time or now) - job.submit_time
         rows.append(
             [
                 job.id,
@@ -218,7 +218,7 @@ def jobs_table(jobs: Sequence[tuple[Job, Sequence[Task]]], now: float | None = N
                 job.iteration,
                 _metric(job, "accuracy"),
                 job.suspensions,
-                f"{age:.0f}s",
+                age(now - job.submit_time),
             ]
         )
     return table(
@@ -237,13 +237,76 @@ def nodes_table(nodes: Sequence[tuple[Node, Sequence[int]]]) -> str:
                 node.address,
                 "alive" if node.alive else "dead",
                 f"{len(busy)}/{len(node.gpus)} {kind}",
+                _gpu_models(node),
+                "" if m is None or not m.gpus else f"{_mean_gpu_use(m.gpus):.0f}%",
                 "" if m is None else f"{m.cpu_percent:.0f}%",
                 ""
                 if m is None or not m.memory_total_bytes
                 else f"{100 * m.memory_used_bytes / m.memory_total_bytes:.0f}%",
             ]
         )
-    return table(["NODE", "ADDRESS", "STATE", "GPUS BUSY", "CPU", "MEM"], rows)
+    headers = ["NODE", "ADDRESS", "STATE", "GPUS BUSY", "GPU MODEL", "GPU USE", "CPU", "MEM"]
+    return table(headers, rows)
+
+
+def _gpu_models(node: Node) -> str:
+    """The node's GPU models, each with its count when there are several kinds."""
+    counts: dict[str, int] = {}
+    for gpu in node.gpus:
+        name = "virtual" if gpu.virtual else gpu.name
+        counts[name] = counts.get(name, 0) + 1
+    if len(counts) == 1:
+        return next(iter(counts))
+    return ",".join(f"{n}x{name}" for name, n in sorted(counts.items()))
+
+
+def _mean_gpu_use(gpus: Sequence[Any]) -> float:
+    return sum(g.utilization_percent for g in gpus) / len(gpus)
+
+
+def age(seconds: float) -> str:
+    """A short age: 45s, 12m05s, 3h07m, 2d05h (never negative)."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def when(epoch_s: float | None) -> str:
+    """A UTC wall-clock time to the second; '-' for none."""
+    if epoch_s is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
+
+
+def _human(key: str, value: Any) -> str:
+    """A top-level field of ``job_dict`` as ``describe`` shows it (JSON keeps raw values)."""
+    if value is None:
+        return "-"
+    if key.endswith(("_time", "_at")):
+        return when(value)
+    if key == "jct_s":
+        return _duration(value)
+    if key == "command":
+        return shlex.join(value)
+    if key == "nodes":
+        return ", ".join(value) or "-"
+    if key == "metrics":
+        return ", ".join(f"{k} {v:.4g}" for k, v in sorted(value.items())) or "-"
+    if key == "deadlines":
+        return (
+            "; ".join(
+                f"{_duration(d['after_s'])} after submission: reward {d['reward']:g}" for d in value
+            )
+            or "none"
+        )
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return str(value)
 
 
 _SECTIONS = (
@@ -369,7 +432,7 @@ def _elastic_lines(job: Job, events: Sequence[Event]) -> list[str]:
 def describe(job: Job, tasks: Sequence[Task], events: Sequence[Event] = ()) -> str:
     """The job in detail; ``events`` (the job's) add its resizes."""
     d = job_dict(job, tasks)
-    lines = [f"{k}: {v}" for k, v in d.items() if k not in _SECTIONS]
+    lines = [f"{k}: {_human(k, v)}" for k, v in d.items() if k not in _SECTIONS]
     if d["stop_reason"] is not None:
         lines.append(f"stop reason: {d['stop_reason']}")
     lines.extend(_mlfs_lines(job.spec.mlfs))

@@ -298,8 +298,8 @@ def test_jobs_table():
     text = render.jobs_table([(running, running_tasks), (done, done_tasks)], now=1100.0)
     assert text.split("\n") == [
         "ID      NAME       USER   STATE      GPUS  NODES  ITER  ACC    SUSP  AGE",
-        "j-aaaa  mlp        alice  RUNNING    2     n1,n2  150   0.812  1     100s",
-        "j-bb    resnet-50  bob    COMPLETED  4     -      0            0     62s",
+        "j-aaaa  mlp        alice  RUNNING    2     n1,n2  150   0.812  1     1m40s",
+        "j-bb    resnet-50  bob    COMPLETED  4     -      0            0     1m40s",
     ]
 
 
@@ -315,7 +315,8 @@ def test_jobs_table_columns_line_up():
 
 
 def test_nodes_table():
-    metrics = NodeMetrics(1.0, 37.4, 16 << 30, 64 << 30, 0.0, 0.0)
+    used = (GpuMetrics(0, 80.0, 1 << 30, 80 << 30, False), GpuMetrics(1, 40.0, 0, 80 << 30, False))
+    metrics = NodeMetrics(1.0, 37.4, 16 << 30, 64 << 30, 0.0, 0.0, used)
     alive = Node(
         "n1",
         "10.0.0.1",
@@ -339,16 +340,60 @@ def test_nodes_table():
         None,
     )
     assert render.nodes_table([(alive, [0]), (dead, [])]).split("\n") == [
-        "NODE  ADDRESS    STATE  GPUS BUSY    CPU  MEM",
-        "n1    10.0.0.1   alive  1/2 real     37%  25%",
-        "n2    10.0.0.22  dead   0/4 virtual",
+        "NODE  ADDRESS    STATE  GPUS BUSY    GPU MODEL  GPU USE  CPU  MEM",
+        "n1    10.0.0.1   alive  1/2 real     H100       60%      37%  25%",
+        "n2    10.0.0.22  dead   0/4 virtual  virtual",
     ]
 
 
 def test_nodes_table_without_gpus_or_memory_total():
     metrics = NodeMetrics(1.0, 5.0, 0, 0, 0.0, 0.0)
     node = Node("cpu", "a", "h", (), 1, 1, True, 0.0, metrics)
-    assert render.nodes_table([(node, [])]).split("\n")[1] == "cpu   a        alive  0/0 real   5%"
+    # GPU MODEL and GPU USE are empty: 9 + 2 and 7 + 2 columns between GPUS BUSY and CPU.
+    row = render.nodes_table([(node, [])]).split("\n")[1]
+    assert row == "cpu   a        alive  0/0 real" + " " * (1 + 2 + 9 + 2 + 7 + 2) + "5%"
+
+
+def test_nodes_table_counts_mixed_gpu_models():
+    gpus = (GpuInfo(0, "A100", False), GpuInfo(1, "H100", False), GpuInfo(2, "H100", False))
+    node = Node("mix", "a", "h", gpus, 8, 1, True, 0.0, None)
+    assert "1xA100,2xH100" in render.nodes_table([(node, [])]).split("\n")[1]
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(-3, "0s"), (59.9, "59s"), (60, "1m00s"), (3599, "59m59s"), (3600, "1h00m"),
+     (86399, "23h59m"), (86400 + 5 * 3600 + 59, "1d05h")],
+)  # fmt: skip
+def test_ages_are_short_and_human(seconds, shown):
+    assert render.age(seconds) == shown
+
+
+def test_describe_shows_times_durations_and_lists_as_people_read_them():
+    job = make_job(
+        state=JobState.COMPLETED,
+        end_time=1000.0 + 3725.0,
+        metrics={"loss": 0.25, "accuracy": 0.9125},
+        node_history=["n1", "n2"],
+        spec=JobSpec(
+            "mlp", ("python", "train.py", "--name", "a b"), 1, IterationStop(10),
+            deadlines=(Deadline(7200.0, 100.0), Deadline(10800.0, 50.0)),
+        ),
+    )  # fmt: skip
+    lines = render.describe(job, []).split("\n")
+    assert "submit_time: 1970-01-01 00:16:40 UTC" in lines  # 1000 s after the epoch
+    assert "end_time: 1970-01-01 01:18:45 UTC" in lines
+    assert "first_start_time: -" in lines
+    assert "jct_s: 3725 s (1h 02m 05s)" in lines
+    assert "command: python train.py --name 'a b'" in lines
+    assert "nodes: n1, n2" in lines
+    assert "metrics: accuracy 0.9125, loss 0.25" in lines
+    assert (
+        "deadlines: 7200 s (2h 00m 00s) after submission: reward 100;"
+        " 10800 s (3h 00m 00s) after submission: reward 50"
+    ) in lines
+    assert "stop: iterations 10" in lines
+    assert not any("{" in line or "[" in line for line in lines if not line.startswith("  "))
 
 
 # --- describe --------------------------------------------------------------------------------
