@@ -7,9 +7,11 @@ The jobs ``start..end`` of the trace (submit times shifted to begin at 0). A pol
 registry name, optionally followed by ``:NAME=VALUE`` pairs that set module constants of
 ``controller.policy.unisched.policy`` for that run (e.g. ``EARLY_SLO_WEIGHT``,
 ``URGENT_SLACK``). Prints, per policy: R^slo, best-effort JCT (all, <= 2 GPUs, > 2 GPUs: its
-first wait, GPU time held per GPU, suspensions per job) in minutes, and the ten most frequent
-suspension reasons by job class and size (docs/unisched.md, *Best-effort JCT: what was tried
-next*).
+first wait, GPU time held per GPU, suspensions per job) in minutes; how long queued
+best-effort jobs past profiling waited with too few free GPUs, with enough but not as the cells
+of their consolidated allocation, or with those cells free; and the ten most frequent
+suspension reasons by job class and size, with the free GPUs left after each such decision
+(docs/unisched.md, *Best-effort JCT: what was tried next*).
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class CountingSuspensions:
         self.constants = constants
         self.needs_job_truth = getattr(inner, "needs_job_truth", False)
         self.counts: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        # queued best-effort job-seconds by (size, why it waits): see _account
+        self.waited_s: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._last: tuple[float, list[tuple[str, str]]] | None = None
+        self.idle_at: collections.Counter[tuple[str, str, str]] = collections.Counter()
 
     def decide(self, snapshot):  # type: ignore[no-untyped-def]
         from controller.policy.unisched import policy as unisched_policy
@@ -43,13 +49,58 @@ class CountingSuspensions:
             setattr(unisched_policy, name, type(getattr(unisched_policy, name))(value))
         decision = self.inner.decide(snapshot)
         views = {v.id: v for v in snapshot.active}
+        self._account(snapshot, decision)
+        idle = sum(len(n.free_gpu_indices) for n in snapshot.nodes) - sum(
+            sum(len(p.gpu_indices) for p in o.placement) for o in decision.launch
+        )
         for order in decision.suspend:
             view = views.get(order.job_id)
             if view is not None:
                 size = "> 2 GPUs" if view.gpus > 2 else "<= 2 GPUs"
                 reason = order.reason.split(";")[0]
                 self.counts[(view.job_class.value, size, reason)] += 1
+                self.idle_at[(view.job_class.value, size, reason)] += idle
         return decision
+
+    def _account(self, snapshot, decision) -> None:  # type: ignore[no-untyped-def]
+        """Time queued best-effort jobs (past profiling) spend, per size, with too few free
+        GPUs, with enough but not as the cells of their consolidated allocation (Eq. 14), or
+        with those cells free; each cycle's state after its decision, held to the next cycle."""
+        from controller.policy.unisched.cells import (
+            allocations,
+            consolidation_feasible,
+            free_cells,
+            top_level,
+        )
+        from mlsched.model import JobClass
+
+        if self._last is not None:
+            then, waiting = self._last
+            for key in waiting:
+                self.waited_s[key] += snapshot.now - then
+        levels = top_level(max(len(n.gpu_indices) for n in snapshot.nodes)) + 1
+        free = {n.id: set(n.free_gpu_indices) for n in snapshot.nodes}
+        for order in decision.launch:
+            for p in order.placement:
+                free[p.node_id].difference_update(p.gpu_indices)
+        cells = free_cells({n: sorted(ids) for n, ids in free.items()}, levels)
+        room = sum(len(ids) for ids in free.values())
+        launched = {o.job_id for o in decision.launch}
+        waiting = []
+        for view in snapshot.queued:
+            if view.job_class is not JobClass.BEST_EFFORT or view.id in launched:
+                continue
+            if not view.speed_samples and view.estimated_remaining_s is None:
+                continue  # not profiled yet
+            size = "> 2 GPUs" if view.gpus > 2 else "<= 2 GPUs"
+            if room < view.gpus:
+                state = "too few free GPUs"
+            elif consolidation_feasible(allocations(view.gpus, levels)[0], cells):
+                state = "its consolidated cells free"
+            else:
+                state = "enough free GPUs, not its consolidated cells"
+            waiting.append((size, state))
+        self._last = (snapshot.now, waiting)
 
 
 def _avg_min(values: list[float]) -> float:
@@ -108,8 +159,22 @@ def main() -> int:
             f"<= 2 GPUs {describe([r for r in done if r.job.gpus <= 2])}; "
             f"> 2 GPUs {describe([r for r in done if r.job.gpus > 2])}"
         )
+        for size in ("<= 2 GPUs", "> 2 GPUs"):
+            finished = max(1, sum(1 for r in done if (r.job.gpus > 2) == (size == "> 2 GPUs")))
+            print(
+                f"    queued after profiling, best-effort {size}, min per finished job: "
+                + ", ".join(
+                    f"{why} {seconds / 60 / finished:.1f}"
+                    for (s, why), seconds in sorted(policy.waited_s.items())
+                    if s == size
+                )
+            )
         for (job_class, size, reason), count in policy.counts.most_common(10):
-            print(f"    {count:6d} suspensions of {job_class} jobs {size}: {reason}")
+            idle = policy.idle_at[(job_class, size, reason)] / count
+            print(
+                f"    {count:6d} suspensions of {job_class} jobs {size}: {reason}"
+                f" (idle GPUs after the decision: {idle:.1f} on average)"
+            )
         sys.stdout.flush()
     return 0
 
