@@ -3,6 +3,7 @@ health service answers SERVING on both; logs carry job_id/node_id (docs/observab
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.request
 from collections.abc import Callable
@@ -14,12 +15,15 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from mlsched.localcluster import LocalCluster
-from mlsched.model import IterationStop, JobState
+from mlsched.model import IterationStop, Job, JobState
 
 from .conftest import FAST
 
 pytestmark = pytest.mark.integration
 HTTP = ("--http-listen", "127.0.0.1:0")
+# These tests kill no node: a heartbeat timeout and a start that a loaded machine never reaches.
+TIMING = dataclasses.replace(FAST, heartbeat_timeout_s=120.0)
+START_S = 180.0
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -37,6 +41,11 @@ def value(samples: dict, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+def training(job: Job) -> bool:
+    """Running and past its first reported iteration (its trainer is connected)."""
+    return job.state is JobState.RUNNING and job.iteration > 0
+
+
 def wait_serving(channel: grpc.Channel, service: str = "") -> None:
     """Follow the health service's Watch until it says SERVING."""
     stub = health_pb2_grpc.HealthStub(channel)
@@ -48,10 +57,10 @@ def wait_serving(channel: grpc.Channel, service: str = "") -> None:
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    cluster = LocalCluster(tmp_path / "cluster", FAST, controller_extra=HTTP)
-    cluster.start_controller()
+    cluster = LocalCluster(tmp_path / "cluster", TIMING, controller_extra=HTTP)
+    cluster.start_controller(timeout_s=START_S)
     cluster.start_agent("node-a", gpus=1, extra=list(HTTP))
-    cluster.wait_for_nodes({"node-a"})
+    cluster.wait_for_nodes({"node-a"}, timeout_s=START_S)
     yield cluster
     cluster.stop()
 
@@ -69,11 +78,11 @@ def test_metrics_move_as_a_job_runs(
 
     with cluster.client() as client:
         job = client.submit(example_spec("observed", stopping=IterationStop(10**9)))
-        wait_job(cluster, client, job.id, lambda j: j.state is JobState.RUNNING)
+        wait_job(cluster, client, job.id, training, START_S)  # stopped later: at a checkpoint
         running = scrape(controller_url)
         agent_running = scrape(agent_url)
         client.stop(job.id, "enough")
-        wait_job(cluster, client, job.id, lambda j: j.state.terminal)
+        wait_job(cluster, client, job.id, lambda j: j.state.terminal, START_S)
     after = scrape(controller_url)
 
     assert value(running, "mlsched_jobs", state="running", job_class="best-effort") == 1
@@ -121,17 +130,17 @@ def test_json_logs_carry_job_and_node_ids(
     tmp_path: Path, example_spec: Callable, wait_job: Callable
 ) -> None:
     cluster = LocalCluster(
-        tmp_path / "json", FAST, controller_extra=("--log-format", "json", "--log-level", "info")
+        tmp_path / "json", TIMING, controller_extra=("--log-format", "json", "--log-level", "info")
     )
     try:
-        cluster.start_controller()
+        cluster.start_controller(timeout_s=START_S)
         cluster.start_agent("node-j", gpus=1, extra=["--log-format", "json"])
-        cluster.wait_for_nodes({"node-j"})
+        cluster.wait_for_nodes({"node-j"}, timeout_s=START_S)
         with cluster.client() as client:
             job = client.submit(example_spec("logged", stopping=IterationStop(10**9)))
-            wait_job(cluster, client, job.id, lambda j: j.state is JobState.RUNNING)
+            wait_job(cluster, client, job.id, lambda j: j.state is JobState.RUNNING, START_S)
             client.cancel(job.id)
-            wait_job(cluster, client, job.id, lambda j: j.state.terminal)
+            wait_job(cluster, client, job.id, lambda j: j.state.terminal, START_S)
     finally:
         cluster.stop()
     text = (cluster.root / "controller.log").read_text()

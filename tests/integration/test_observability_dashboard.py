@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from mlsched.localcluster import LocalCluster
-from mlsched.model import IterationStop, JobState
+from mlsched.model import IterationStop
 
-from .conftest import FAST
+from .test_observability import START_S, TIMING, training
 
 pytestmark = pytest.mark.integration
 CHROMIUM = os.environ.get("MLSCHED_CHROMIUM") or shutil.which("chromium")
@@ -101,16 +101,18 @@ def artifacts(tmp_path: Path) -> Path:
 def test_dashboard_shows_the_running_cluster(
     tmp_path: Path, example_spec: Callable, wait_job: Callable
 ) -> None:
-    cluster = LocalCluster(tmp_path / "c", FAST, controller_extra=("--http-listen", "127.0.0.1:0"))
+    cluster = LocalCluster(
+        tmp_path / "c", TIMING, controller_extra=("--http-listen", "127.0.0.1:0")
+    )
     saved = artifacts(tmp_path)
     try:
-        cluster.start_controller()
+        cluster.start_controller(timeout_s=START_S)
         cluster.start_agent("node-a", gpus=2)
-        cluster.wait_for_nodes({"node-a"})
+        cluster.wait_for_nodes({"node-a"}, timeout_s=START_S)
         url = (cluster.state_dir / "controller.http").read_text().strip()
         with cluster.client("alice") as client:
             job = client.submit(example_spec("resnet-like", stopping=IterationStop(10**9)))
-            wait_job(cluster, client, job.id, lambda j: j.state is JobState.RUNNING)
+            wait_job(cluster, client, job.id, training, START_S)
             overview = browser(url + "/", tmp_path / "profile", "--dump-dom")
             browser(url + "/", tmp_path / "profile", f"--screenshot={saved / 'overview.png'}")
             page = browser(url + f"/job/{job.id}", tmp_path / "profile", "--dump-dom")
@@ -120,7 +122,7 @@ def test_dashboard_shows_the_running_cluster(
                 f"--screenshot={saved / 'job.png'}",
             )
             client.stop(job.id, "seen")
-            wait_job(cluster, client, job.id, lambda j: j.state.terminal)
+            wait_job(cluster, client, job.id, lambda j: j.state.terminal, START_S)
     finally:
         cluster.stop()
 
@@ -148,9 +150,11 @@ def test_dashboard_api_refuses_what_it_does_not_know(tmp_path: Path) -> None:
     import urllib.error
     import urllib.request
 
-    cluster = LocalCluster(tmp_path / "c", FAST, controller_extra=("--http-listen", "127.0.0.1:0"))
+    cluster = LocalCluster(
+        tmp_path / "c", TIMING, controller_extra=("--http-listen", "127.0.0.1:0")
+    )
     try:
-        cluster.start_controller()
+        cluster.start_controller(timeout_s=START_S)
         url = (cluster.state_dir / "controller.http").read_text().strip()
         for path, code in (
             ("/api/jobs/j-nosuch", 404),
