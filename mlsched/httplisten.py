@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ class Reply:
     status: int = 200
 
 
+CONNECTION_TIMEOUT_S = 30.0
 Routes = Callable[[str, Mapping[str, str]], "Reply | None"]
 
 
@@ -49,10 +51,29 @@ def is_loopback(host: str) -> bool:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     routes: Routes
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """In the connection's own thread: the TLS handshake first (a client that stalls in it
+        holds only its thread, never the accepting one), then the request."""
+        if self.tls is None:
+            super().finish_request(request, client_address)
+            return
+        request.settimeout(CONNECTION_TIMEOUT_S)
+        try:
+            secured = self.tls.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError) as exc:
+            log.debug("TLS handshake with %s failed: %s", client_address, exc)
+            return
+        try:
+            super().finish_request(secured, client_address)
+        finally:
+            secured.close()
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = CONNECTION_TIMEOUT_S  # an idle or slow client's connection is dropped
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
@@ -82,8 +103,7 @@ class HttpListener:
         host, port = split_listen(listen)
         self._server = _Server((host, port), _Handler)
         self._server.routes = routes
-        if tls is not None:
-            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+        self._server.tls = tls
         scheme = "https" if tls is not None else "http"
         shown = f"[{host}]" if ":" in host else host
         self.url = f"{scheme}://{shown}:{self._server.server_address[1]}"

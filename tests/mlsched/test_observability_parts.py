@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import socket
 import ssl
 import urllib.error
 import urllib.request
@@ -138,5 +139,26 @@ def test_https_asks_for_a_certificate_of_the_cluster_ca(tmp_path: Path):
         )
         with urllib.request.urlopen(url + "/metrics", timeout=30, context=holder) as reply:
             assert reply.read() == b"up 1\n"
+    finally:
+        listener.stop()
+
+
+def test_a_client_stalled_before_its_handshake_blocks_no_other(tmp_path: Path):
+    state_dir = tmp_path / "ctl"
+    tls = load_server_tls(state_dir, "127.0.0.1:0", (), None)
+    issue_user(state_dir, "alice", False, tmp_path / "alice")
+    listener = HttpListener("127.0.0.1:0", lambda path, query: Reply(b"ok\n"), https_context(tls))
+    url = listener.start()
+    host, port = split_listen(url.removeprefix("https://"))
+    holder = ssl.create_default_context(cafile=str(tmp_path / "alice" / bundle.CA_FILE))
+    holder.load_cert_chain(
+        tmp_path / "alice" / bundle.CERT_FILE, tmp_path / "alice" / bundle.KEY_FILE
+    )
+    try:
+        with (
+            socket.create_connection((host, port), timeout=30),  # connects, says nothing
+            urllib.request.urlopen(url + "/", timeout=20, context=holder) as reply,
+        ):
+            assert reply.read() == b"ok\n"
     finally:
         listener.stop()
