@@ -13,8 +13,11 @@ from typing import Any
 
 import grpc
 
-from mlsched import render
-from mlsched.jobspec import SpecError, load_spec_file
+from mlsched import exitcodes, render
+from mlsched.completion import bash_script
+from mlsched.contexts import ContextError, config_path, load_contexts, select_context
+from mlsched.follow import follow_logs, wait_for_job
+from mlsched.jobspec import MAX_ITERATIONS, SpecError, load_spec_file, parse_spec
 from mlsched.model import JobState
 from mlsched.security.bundle import CredentialsError
 
@@ -30,9 +33,16 @@ def _default_user() -> str:
 
 def _client_args(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
     p.add_argument(
+        "--context",
+        default=None,
+        help="a named context of the config file (docs/cli.md) [$MLSCHED_CONTEXT, else the"
+        " file's current-context]",
+    )
+    p.add_argument(
         "--controller",
-        default=os.environ.get("MLSCHED_CONTROLLER", DEFAULT_CONTROLLER),
-        help="controller address (or env MLSCHED_CONTROLLER) [%(default)s]",
+        default=None,
+        help="controller address(es), comma-separated [$MLSCHED_CONTROLLER, else the context's,"
+        f" else {DEFAULT_CONTROLLER}]",
     )
     p.add_argument(
         "--credentials",
@@ -67,6 +77,18 @@ def _client(args: argparse.Namespace) -> Any:
     from mlsched.security import bundle
     from mlsched.security.names import parse_common_name
 
+    context = select_context(args.context)
+    args.controller = (
+        args.controller
+        or os.environ.get("MLSCHED_CONTROLLER")
+        or context.controller
+        or DEFAULT_CONTROLLER
+    )
+    args.insecure = args.insecure or context.insecure
+    args.user = args.user or context.user or None
+    args.credentials = args.credentials or (
+        None if os.environ.get(bundle.CREDENTIALS_ENV) else context.credentials
+    )
     if args.insecure:
         args.user = args.user or _default_user()
         print(
@@ -91,14 +113,40 @@ def _with_client(
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    spec = load_spec_file(args.file)  # validated before credentials are looked for
+    spec = _spec_to_submit(args)  # validated before credentials are looked for
     with _client(args) as client:
         job = client.submit(spec)
+        if args.json and not args.wait:
+            _print_json(render.job_dict(job))
+        else:
+            print(f"submitted {job.id} ({spec.name})", flush=True)
+        if not args.wait:
+            return exitcodes.OK
+        job = wait_for_job(client, job.id, sys.stdout)
     if args.json:
         _print_json(render.job_dict(job))
     else:
-        print(f"submitted {job.id} ({spec.name})")
-    return 0
+        reason = job.message.splitlines()[0] if job.message else ""  # the log tail: `logs`
+        print(f"{job.id}: {job.state.value}" + (f" ({reason})" if reason else ""))
+    return exitcodes.for_outcome(job.state)
+
+
+def _spec_to_submit(args: argparse.Namespace) -> Any:
+    """The spec file's job, or a quick job from ``submit [--gpus N] [--name X] -- CMD ...``."""
+    if args.quick_command and args.file:
+        raise SpecError(["give either a spec file or a command after --, not both"])
+    if args.file:
+        return load_spec_file(args.file)
+    if not args.quick_command:
+        raise SpecError(["give a spec file, or a command after -- (submit -- python train.py)"])
+    name = args.name or Path(args.quick_command[0]).name
+    data = {
+        "name": name,
+        "command": list(args.quick_command),
+        "gpus": args.gpus,
+        "stop": {"iterations": args.iterations},
+    }
+    return parse_spec(data, Path.cwd())
 
 
 @_with_client
@@ -157,6 +205,9 @@ def cmd_nodes(client: Any, args: argparse.Namespace) -> int:
 
 @_with_client
 def cmd_logs(client: Any, args: argparse.Namespace) -> int:
+    if args.follow:
+        follow_logs(client, args.job, args.rank, args.bytes, sys.stdout)
+        return exitcodes.OK
     logs = client.logs(args.job, rank=args.rank, max_bytes=args.bytes)
     if args.json:
         _print_json({"node": logs.node_id, "content": logs.content, "truncated": logs.truncated})
@@ -176,6 +227,36 @@ def cmd_events(client: Any, args: argparse.Namespace) -> int:
             where = " ".join(x for x in (event.job_id, event.node_id) if x)
             print(f"{event.seq:6d} {event.kind:18s} {where:24s} {event.message}", flush=True)
     return 0
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    print(bash_script(build_parser()), end="")
+    return exitcodes.OK
+
+
+def cmd_contexts(args: argparse.Namespace) -> int:
+    path = config_path()
+    contexts, current = load_contexts(path)
+    if args.json:
+        _print_json(
+            {
+                "file": str(path),
+                "current": current,
+                "contexts": {
+                    n: {**vars(c), "credentials": str(c.credentials or "")}
+                    for n, c in contexts.items()
+                },
+            }
+        )
+        return exitcodes.OK
+    if not contexts:
+        print(f"no contexts ({path} has none)")
+    for name, context in sorted(contexts.items()):
+        mark = "*" if name == current else " "
+        where = context.controller or DEFAULT_CONTROLLER
+        how = "INSECURE as " + (context.user or "you") if context.insecure else "TLS"
+        print(f"{mark} {name:16s} {where:32s} {how}")
+    return exitcodes.OK
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -211,10 +292,27 @@ def build_parser() -> argparse.ArgumentParser:
     add_chic_train_command(sub)
     add_chic_simulate_command(sub)
 
-    p = sub.add_parser("submit", help="submit a job from a YAML spec")
-    p.add_argument("file", help="job spec (YAML)")
+    p = sub.add_parser(
+        "submit",
+        help="submit a job from a YAML spec, or a quick job: submit [--gpus N] -- CMD ...",
+    )
+    p.add_argument("file", nargs="?", help="job spec (YAML)")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the job until it ends; the exit code is its outcome (docs/cli.md)",
+    )
+    p.add_argument("--gpus", type=int, default=1, help="quick job: GPUs [%(default)s]")
+    p.add_argument("--name", default="", help="quick job: name [the command's first word]")
+    p.add_argument(
+        "--iterations",
+        type=int,
+        default=MAX_ITERATIONS,
+        help="quick job: its iteration budget, for a script that reports iterations through"
+        " the shim [none: the job ends when the command exits]",
+    )
     _client_args(p)
-    p.set_defaults(func=cmd_submit)
+    p.set_defaults(func=cmd_submit, quick_command=[])
 
     p = sub.add_parser("jobs", help="list jobs")
     _client_args(p)
@@ -253,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job", help="job id")
     p.add_argument("--rank", type=int, default=0, help="which task [%(default)s]")
     p.add_argument("--bytes", type=int, default=0, help="tail size (0: 64 KiB)")
+    p.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new output until the job ends"
+    )
     _client_args(p)
     p.set_defaults(func=cmd_logs)
 
@@ -276,26 +377,46 @@ def build_parser() -> argparse.ArgumentParser:
         "[%(default)s]",
     )
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("completion", help="print the bash completion script (zsh: bashcompinit)")
+    p.add_argument("shell", choices=("bash",), help="the shell")
+    p.set_defaults(func=cmd_completion)
+
+    p = sub.add_parser("contexts", help="list the named contexts of the config file")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_contexts)
     return parser
 
 
+def _split_quick_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``submit ... -- CMD ...``: the arguments before ``--`` and the command after it."""
+    if "submit" in argv and "--" in argv and argv.index("submit") < argv.index("--"):
+        at = argv.index("--")
+        return argv[:at], argv[at + 1 :]
+    return argv, []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; the exit code says which class of error stopped it (docs/cli.md)."""
+    arguments, quick_command = _split_quick_command(list(sys.argv[1:] if argv is None else argv))
+    args = build_parser().parse_args(arguments)
+    if quick_command:
+        args.quick_command = quick_command
     try:
         return int(args.func(args) or 0)
-    except SpecError as exc:
+    except (SpecError, ContextError) as exc:
         print(f"mlsched: {exc}", file=sys.stderr)
-        return 2
+        return exitcodes.INVALID
     except CredentialsError as exc:
         print(f"mlsched: {exc}", file=sys.stderr)
-        return 2
+        return exitcodes.UNAUTHENTICATED
     except grpc.RpcError as exc:
-        code = exc.code().name if hasattr(exc, "code") else "ERROR"
+        code = exc.code() if hasattr(exc, "code") else None
         details = exc.details() if hasattr(exc, "details") else str(exc)
-        print(f"mlsched: {code}: {details}", file=sys.stderr)
-        return 1
+        print(f"mlsched: {code.name if code else 'ERROR'}: {details}", file=sys.stderr)
+        return exitcodes.for_status(code)
     except KeyboardInterrupt:
-        return 130
+        return exitcodes.INTERRUPTED
 
 
 if __name__ == "__main__":

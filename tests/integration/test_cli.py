@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mlsched import exitcodes
 from mlsched.localcluster import LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -33,6 +34,8 @@ SUBCOMMANDS = (
     "logs",
     "events",
     "demo",
+    "completion",
+    "contexts",
 )
 VALID = """\
 name: cli-job
@@ -254,7 +257,7 @@ def test_submit_list_describe_cancel(controller: LocalCluster, tmp_path: Path) -
     assert job["command"] == ["python", "train.py", "--lr", "0.1"]
 
     denied = client("cancel", job_id, addr=controller, user="bob")
-    assert denied.returncode != 0
+    assert denied.returncode == exitcodes.PERMISSION_DENIED
     assert "PERMISSION_DENIED" in denied.stderr, denied.stderr
     assert "Traceback" not in denied.stderr
     assert json.loads(client("describe", job_id, "--json", addr=controller).stdout)["state"] == (
@@ -268,7 +271,7 @@ def test_submit_list_describe_cancel(controller: LocalCluster, tmp_path: Path) -
     assert job["state"] == "CANCELLED"
 
     again = client("cancel", job_id, addr=controller)
-    assert again.returncode != 0
+    assert again.returncode == exitcodes.FAILED_PRECONDITION
     assert "FAILED_PRECONDITION" in again.stderr, again.stderr
 
     events = client("events", "--json", "--job", job_id, addr=controller)
@@ -280,7 +283,7 @@ def test_submit_list_describe_cancel(controller: LocalCluster, tmp_path: Path) -
 
 def test_describe_unknown_job_is_not_found(controller: LocalCluster) -> None:
     result = client("describe", "j-nope", addr=controller)
-    assert result.returncode != 0
+    assert result.returncode == exitcodes.NOT_FOUND
     assert "NOT_FOUND" in result.stderr, result.stderr
     assert "j-nope" in result.stderr
     assert "Traceback" not in result.stderr
@@ -288,7 +291,7 @@ def test_describe_unknown_job_is_not_found(controller: LocalCluster) -> None:
 
 def test_logs_of_unknown_job_is_not_found(controller: LocalCluster) -> None:
     result = client("logs", "j-nope", addr=controller)
-    assert result.returncode != 0
+    assert result.returncode == exitcodes.NOT_FOUND
     assert "NOT_FOUND" in result.stderr, result.stderr
 
 
@@ -320,7 +323,7 @@ def test_unreachable_controller_is_unavailable() -> None:
         s.bind(("127.0.0.1", 0))
         addr = f"127.0.0.1:{s.getsockname()[1]}"
     result = client("jobs", addr=addr)
-    assert result.returncode != 0
+    assert result.returncode == exitcodes.UNAVAILABLE
     assert "UNAVAILABLE" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
 
@@ -387,3 +390,68 @@ def test_agent_with_a_missing_token_file_refuses_to_start(tmp_path: Path) -> Non
     assert str(missing) in result.stderr
     assert "Traceback" not in result.stderr
     assert not state_dir.exists()
+
+
+# --- following jobs: submit --wait, submit -- CMD, logs -f -------------------------------
+
+
+@pytest.fixture(scope="module")
+def working_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A controller with one agent (one virtual GPU), so jobs run to their end."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("work") / "c")
+    try:
+        cluster.start_controller()
+        cluster.start_agent("node-a", gpus=1)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def quick_job(
+    addr: LocalCluster, *flags: str | Path, command: list[str | Path]
+) -> subprocess.CompletedProcess[str]:
+    """``mlsched submit FLAGS -- COMMAND`` as alice (everything after ``--`` is the job's)."""
+    addr.credentials("alice")
+    bundle = addr.root / "users" / "alice"
+    connect = ("--controller", addr.address, "--credentials", bundle)
+    return mlsched("submit", *flags, *connect, "--", *command)
+
+
+def test_submit_wait_exits_with_the_outcome_and_logs_follow_to_the_end(
+    working_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    script = tmp_path / "hello.py"
+    script.write_text("for i in range(3):\n    print(f'step {i}', flush=True)\n")
+    done = quick_job(working_cluster, "--wait", "--name", "hello", command=[sys.executable, script])
+    assert done.returncode == exitcodes.OK, (done.stdout, done.stderr)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("submitted j-") and lines[0].endswith("(hello)")
+    job_id = lines[0].split()[1]
+    assert lines[-1].startswith(f"{job_id}: COMPLETED")
+    assert any("RUNNING" in line for line in lines[1:-1]), lines  # the way there, as it went
+
+    logs = client("logs", "-f", job_id, addr=working_cluster)  # the job ended: prints, returns
+    assert logs.returncode == exitcodes.OK, logs.stderr
+    assert [line for line in logs.stdout.splitlines() if line.startswith("step")] == [
+        "step 0",
+        "step 1",
+        "step 2",
+    ]
+
+
+def test_submit_wait_of_a_failing_job_exits_10(working_cluster: LocalCluster) -> None:
+    failed = quick_job(
+        working_cluster, "--wait", command=[sys.executable, "-c", "raise SystemExit(3)"]
+    )
+    assert failed.returncode == exitcodes.JOB_FAILED, (failed.stdout, failed.stderr)
+    assert "FAILED" in failed.stdout.splitlines()[-1]
+
+
+def test_a_quick_job_is_checked_like_a_spec(empty_controller: LocalCluster) -> None:
+    result = quick_job(empty_controller, "--gpus", "0", command=["python", "x.py"])
+    assert result.returncode == exitcodes.INVALID
+    assert "gpus: must be between 1 and" in result.stderr
+    neither = client("submit", addr=empty_controller)
+    assert neither.returncode == exitcodes.INVALID
+    assert "give a spec file, or a command after --" in neither.stderr
+    assert all_jobs(empty_controller) == []

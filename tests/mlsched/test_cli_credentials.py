@@ -14,7 +14,7 @@ def test_without_credentials_the_cli_says_where_it_looked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(bundle.CREDENTIALS_ENV, str(tmp_path / "none"))
-    assert main(["jobs", "--controller", "127.0.0.1:1"]) == 2
+    assert main(["jobs", "--controller", "127.0.0.1:1"]) == 5  # UNAUTHENTICATED (docs/cli.md)
     err = capsys.readouterr().err
     assert f"no credentials in {tmp_path / 'none'}" in err
     assert "mlsched admin issue-user" in err
