@@ -3,6 +3,7 @@ and DDP training processes; every wait is on an event or a state, never on time.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -41,10 +42,10 @@ def job_events(client, job_id: str) -> list[Event]:
     return list(client.events(job_id=job_id))
 
 
-def describe(cluster, job_id: str, user: str = "demo") -> str:
-    """``mlsched describe JOB`` in a subprocess, as the job's owner."""
+def describe(cluster, job_id: str, *args: str, user: str = "demo") -> str:
+    """``mlsched describe JOB [ARGS]`` in a subprocess, as the job's owner."""
     cluster.credentials(user)
-    command = [sys.executable, "-m", "mlsched", "describe", job_id]
+    command = [sys.executable, "-m", "mlsched", "describe", job_id, *args]
     command += [
         "--controller",
         cluster.address,
@@ -98,6 +99,8 @@ def test_slaq_moves_a_gpu_at_a_lease_boundary_to_the_job_whose_loss_still_falls(
             text = describe(cluster, job_id)  # mlsched describe, as a user runs it
             assert "predicted normalised loss reduction" in text
             assert re.search(r"done: \d -> \d GPUs, global batch 128, by suspend/resume in", text)
+            resizes = json.loads(describe(cluster, job_id, "--json"))["resizes"]
+            assert [r["kind"] for r in resizes] == ["resize_ordered", "job_resized"]
         # the prediction behind the move: the GPU was worth more to the falling job than the
         # second one was to the plateaued job
         grow = PREDICTION.search(orders[grown.job_id].message)
