@@ -320,3 +320,26 @@ def launch_message(
 
 def workdir_of(tmp_path: Path, job_id: str, rank: int = 0, attempt: int = 1) -> Path:
     return tmp_path / "work" / f"{job_id}-{rank}-{attempt}"
+
+
+# The start of a task script that tries to open a trainer session: ``session(task_id, token)``
+# returns ["OK", first message] or [status code, details].
+TRAINER_SESSION_ATTEMPT = r"""
+import json, os, sys
+import grpc
+from mlsched.v1 import trainer_pb2_grpc
+
+def session(task_id, token):
+    with grpc.insecure_channel(os.environ["MLSCHED_AGENT_ADDR"]) as channel:
+        call = trainer_pb2_grpc.TrainerServiceStub(channel).TrainerSession(
+            iter(()),
+            metadata=(("mlsched-task-id", task_id), ("mlsched-task-token", token)),
+            timeout=10,
+        )
+        try:
+            first = next(call)
+            call.cancel()
+            return ["OK", first.WhichOneof("message")]
+        except grpc.RpcError as exc:
+            return [exc.code().name, exc.details()]
+"""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nodeagent_testkit import (
+    TRAINER_SESSION_ATTEMPT,
     ControllerServer,
     launch_message,
     wait_until,
@@ -22,35 +23,20 @@ from nodeagent.peercheck import Peer, in_session, parse_peer, peer_is_task, sock
 
 # Job B's task: opens its own trainer session, then tries the victim's with the stolen token;
 # writes what each attempt got to result.json in its working directory.
-THIEF = r"""
-import json, os, sys
-import grpc
-from mlsched.v1 import trainer_pb2_grpc
-
+THIEF = (
+    TRAINER_SESSION_ATTEMPT
+    + r"""
 victim = json.load(open(sys.argv[1]))
 
-def attempt(task_id, token):
-    with grpc.insecure_channel(os.environ["MLSCHED_AGENT_ADDR"]) as channel:
-        call = trainer_pb2_grpc.TrainerServiceStub(channel).TrainerSession(
-            iter(()),
-            metadata=(("mlsched-task-id", task_id), ("mlsched-task-token", token)),
-            timeout=10,
-        )
-        try:
-            first = next(call)
-            call.cancel()
-            return ["OK", first.WhichOneof("message")]
-        except grpc.RpcError as exc:
-            return [exc.code().name, exc.details()]
-
 result = {
-    "own": attempt(os.environ["MLSCHED_TASK_ID"], os.environ["MLSCHED_TASK_TOKEN"]),
-    "victim": attempt(victim["MLSCHED_TASK_ID"], victim["MLSCHED_TASK_TOKEN"]),
+    "own": session(os.environ["MLSCHED_TASK_ID"], os.environ["MLSCHED_TASK_TOKEN"]),
+    "victim": session(victim["MLSCHED_TASK_ID"], victim["MLSCHED_TASK_TOKEN"]),
 }
 with open("result.json.tmp", "w") as f:
     json.dump(result, f)
 os.replace("result.json.tmp", "result.json")
 """
+)
 
 
 def test_a_stolen_token_does_not_open_another_tasks_trainer_session(

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from nodeagent_testkit import (
+    TRAINER_SESSION_ATTEMPT,
     ControllerServer,
     kill_leftovers,
     launch_message,
@@ -41,26 +42,10 @@ from nodeagent.taskuser import (
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching a task's uid needs root")
 
 # Bob's task: tries everything a curious neighbour would, writes what each attempt got.
-PROBE = r"""
-import json, os, sys
-import grpc
-from mlsched.v1 import trainer_pb2_grpc
-
+PROBE = (
+    TRAINER_SESSION_ATTEMPT
+    + r"""
 stolen = json.load(open(sys.argv[1]))
-
-def session(task_id, token):
-    with grpc.insecure_channel(os.environ["MLSCHED_AGENT_ADDR"]) as channel:
-        call = trainer_pb2_grpc.TrainerServiceStub(channel).TrainerSession(
-            iter(()),
-            metadata=(("mlsched-task-id", task_id), ("mlsched-task-token", token)),
-            timeout=10,
-        )
-        try:
-            first = next(call)
-            call.cancel()
-            return ["OK", first.WhichOneof("message")]
-        except grpc.RpcError as exc:
-            return [exc.code().name, exc.details()]
 
 def attempt(action):
     try:
@@ -84,6 +69,7 @@ with open("result.json.tmp", "w") as f:
     json.dump(result, f)
 os.replace("result.json.tmp", "result.json")
 """
+)
 
 
 @pytest.fixture
