@@ -17,7 +17,13 @@ from simulator.engine import PRESETS, ClusterShape, SimConfig, Simulation
 from simulator.interference import Interference, load_interference
 from simulator.jobmodel import TraceJobModel, UnknownModel
 from simulator.metrics import compute_metrics
-from simulator.report import SPEED_MODEL_KEY, format_table, plot, write_json
+from simulator.report import (
+    SPEED_MODEL_KEY,
+    format_table,
+    plot,
+    underload_warning,
+    write_json,
+)
 from simulator.trace import ColumnMapping, TraceError, load_csv, load_philly
 from simulator.types import SimResult, TraceJob
 from simulator.workload import (
@@ -380,6 +386,9 @@ def run_simulate(args: argparse.Namespace) -> int:
     print(f"{len(jobs)} jobs on {shape.nodes}x{shape.gpus_per_node} GPUs")
     print(f"speed model: {model.speed_model.describe()}")
     print(format_table(metrics))
+    warning = underload_warning(metrics)
+    if warning is not None:  # part of the report, below its table
+        print(warning)
     if args.json_path:
         write_json(metrics, args.json_path, speed_model=model.speed_model.to_json())
     if args.plot:

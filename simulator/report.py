@@ -116,21 +116,66 @@ ROWS: list[tuple[str, tuple[str, ...], Format]] = [
 ]
 
 
+# Which way each metric is better (by its top-level key); counts that are no score have none.
+HIGHER_IS_BETTER = frozenset(
+    {
+        "r_slo",
+        "gpu_utilization",
+        "jobs_completed",
+        "accuracy_by_deadline",
+        "accuracy_guarantee_ratio",
+        "deadline_guarantee_ratio",
+        "quality_avg",
+    }
+)
+NO_DIRECTION = frozenset({"slo_jobs", "jobs_total", "resizes_per_job", "jobs_stopped"})
+
+
+def better(path: tuple[str, ...]) -> str:
+    """``higher``, ``lower`` or ``""`` (a count that is no score)."""
+    if path[0] in NO_DIRECTION:
+        return ""
+    return "higher" if path[0] in HIGHER_IS_BETTER else "lower"
+
+
 def format_table(metrics_by_policy: Mapping[str, dict]) -> str:
-    """A text table: one row per metric, one column per policy; ``-`` where there is no value."""
+    """A text table: one row per metric, one column per policy (``-`` where there is no
+    value), and which way the metric is better."""
     policies = list(metrics_by_policy)
-    lines = [["metric", *policies]]
+    lines = [["metric", *policies, "better"]]
     for label, path, fmt in ROWS:
         values = [lookup(metrics_by_policy[p], path) for p in policies]
-        lines.append([label, *(MISSING if v is None else fmt(v) for v in values)])
+        lines.append([label, *(MISSING if v is None else fmt(v) for v in values), better(path)])
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     rule = ["-" * w for w in widths]
     rendered = []
     for line in [lines[0], rule, *lines[1:]]:
-        values = zip(line[1:], widths[1:], strict=True)
-        cells = [line[0].ljust(widths[0]), *(c.rjust(w) for c, w in values)]
+        values = zip(line[1:-1], widths[1:-1], strict=True)
+        cells = [line[0].ljust(widths[0]), *(c.rjust(w) for c, w in values), line[-1]]
         rendered.append("  ".join(cells).rstrip())
     return "\n".join(rendered)
+
+
+def underload_warning(metrics_by_policy: Mapping[str, dict], share: float = 0.01) -> str | None:
+    """A warning when no job waited under any policy (average queueing time at most ``share``
+    of the average JCT in every run): the cluster is so underloaded that policies that order
+    or place jobs differently cannot differ. None otherwise."""
+    waits = []
+    for metrics in metrics_by_policy.values():
+        queue = lookup(metrics, ("queue_s", "all", "avg"))
+        jct = lookup(metrics, ("jct_s", "all", "avg"))
+        if not isinstance(queue, int | float) or not isinstance(jct, int | float) or jct <= 0:
+            return None
+        if queue > share * jct:
+            return None
+        waits.append(queue)
+    if not waits:
+        return None
+    return (
+        f"warning: the simulated cluster is underloaded: jobs waited {max(waits):.3g} s on"
+        f" average at most (under {share:.0%} of their JCT) under every policy, so policies"
+        " cannot differ much; try a smaller --cluster or a denser trace"
+    )
 
 
 # --- Figure -----------------------------------------------------------------------------------

@@ -137,10 +137,11 @@ def test_simulate_every_policy_writes_json_png_and_a_table(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0] == "8 jobs on 2x8 GPUs"
     assert lines[1] == f"speed model: model_info table {table}"
-    assert lines[2].split() == ["metric", *POLICIES]  # the side-by-side table's header
+    assert lines[2].split() == ["metric", *POLICIES, "better"]  # the table's header
     assert any(line.startswith("R^slo (%)") for line in lines)
     assert any(
-        line.startswith("Jobs completed") and line.split()[2:] == ["8"] * 5 for line in lines
+        line.startswith("Jobs completed") and line.split()[2:] == ["8"] * 5 + ["higher"]
+        for line in lines
     )
 
 
@@ -261,7 +262,7 @@ def test_generic_csv_with_columns_runs(tmp_path, capsys):
     assert err == ""  # generic traces use a table only when given one: no warning
     assert out.splitlines()[0] == "3 jobs on 1x8 GPUs"
     assert out.splitlines()[1] == f"speed model: {EQ2_DEFAULTS}"
-    assert out.splitlines()[2].split() == ["metric", "fifo", "edf"]
+    assert out.splitlines()[2].split() == ["metric", "fifo", "edf", "better"]
     metrics = json.loads(out_json.read_text())
     assert metrics.pop("speed_model") == {"kind": "eq2-defaults", "path": None}
     for m in metrics.values():
@@ -380,7 +381,7 @@ def test_smoke_on_the_shared_mix2_trace(tmp_path):
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[2].split() == ["metric", "fifo", "edf"]
+    assert proc.stdout.splitlines()[2].split() == ["metric", "fifo", "edf", "better"]
     metrics = json.loads(out_json.read_text())
     table = str(trace.with_name("model_info.json"))
     assert metrics.pop("speed_model") == {"kind": "table", "path": table}
@@ -433,7 +434,7 @@ def test_mlf_h_with_mlfs_features_end_to_end(tmp_path, capsys):
     args += ["--mlfs-features", "--check-invariants", "--quiet", "--seed", "3"]
     code, out, err = simulate(capsys, *args, "--json", tmp_path / "a.json")
     assert code == 0, err
-    assert out.splitlines()[2].split() == ["metric", "fifo", "mlf-h"]
+    assert out.splitlines()[2].split() == ["metric", "fifo", "mlf-h", "better"]
     assert any(line.startswith("Accuracy guarantee (%)") for line in out.splitlines())
     metrics = json.loads((tmp_path / "a.json").read_text())
     assert metrics.pop("speed_model")["kind"] == "table"

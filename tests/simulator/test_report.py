@@ -15,6 +15,7 @@ from simulator.report import (
     jct_cdf,
     output_png,
     plot,
+    underload_warning,
     utilization_series,
     write_json,
 )
@@ -76,7 +77,7 @@ def test_json_leads_with_the_speed_model(tmp_path, results):
 def test_table_has_every_policy_and_metric_row(results):
     table = format_table({name: compute_metrics(r) for name, r in results.items()})
     lines = table.splitlines()
-    assert lines[0].split() == ["metric", "fifo", "unisched"]
+    assert lines[0].split() == ["metric", "fifo", "unisched", "better"]
     for label, _, _ in ROWS:
         assert any(line.startswith(label) for line in lines), label
     assert len(lines) == len(ROWS) + 2  # header and rule
@@ -87,21 +88,34 @@ def test_table_values_and_units(results):
     width = max(len(label) for label, _, _ in ROWS)
     rows = {line[:width].strip(): line[width:].split() for line in table.splitlines()[2:]}
     # j0 (strict, deadline 100 s) finishes at 90 under fifo and at 50 under unisched.
-    assert rows["R^slo (%)"] == ["0.00", "0.00"]
+    assert rows["R^slo (%)"] == ["0.00", "0.00", "higher"]
     # fifo JCT all: [90, 290] -> avg 190 s = 3.2 min; unisched: [50, 190, 380] -> 206.67 s
-    assert rows["JCT avg all (min)"] == ["3.2", "3.4"]
+    assert rows["JCT avg all (min)"] == ["3.2", "3.4", "lower"]
     # no soft jobs: a dash in each column
-    assert rows["JCT avg soft (min)"] == ["-", "-"]
-    assert rows["Jobs completed"] == ["2", "3"]
-    assert rows["Decision max (ms)"] == ["2.0", "2.0"]
-    assert rows["Decision cycles"] == ["2", "2"]
-    assert rows["Refused launches"] == ["0", "0"]
+    assert rows["JCT avg soft (min)"] == ["-", "-", "lower"]
+    assert rows["Jobs completed"] == ["2", "3", "higher"]
+    assert rows["Jobs total"] == ["3", "3"]  # a count, no score: no direction
+    assert rows["Decision max (ms)"] == ["2.0", "2.0", "lower"]
+    assert rows["Decision cycles"] == ["2", "2", "lower"]
+    assert rows["Refused launches"] == ["0", "0", "lower"]
 
 
 def test_table_shows_a_dash_for_missing_metrics():
     table = format_table({"old": {"policy": "old", "r_slo": 0.5}})
     assert "50.00" in table
-    assert table.splitlines()[3].split()[-1] == "-"  # deadline miss rate absent
+    assert table.splitlines()[3].split()[-2:] == ["-", "lower"]  # deadline miss rate absent
+
+
+def _run(queue_avg: float, jct_avg: float) -> dict:
+    return {"queue_s": {"all": {"avg": queue_avg}}, "jct_s": {"all": {"avg": jct_avg}}}
+
+
+def test_underload_warning_only_when_no_policy_made_jobs_wait():
+    # 1 % of a 600 s JCT is 6 s: waits of 0 and 5.9 s in both runs -> warned, the larger named.
+    warning = underload_warning({"fifo": _run(0.0, 600.0), "srtf": _run(5.9, 600.0)})
+    assert warning is not None and "underloaded" in warning and "5.9 s" in warning
+    assert underload_warning({"fifo": _run(0.0, 600.0), "srtf": _run(6.1, 600.0)}) is None
+    assert underload_warning({"old": {"policy": "old"}}) is None  # nothing to judge by
 
 
 def test_plot_writes_a_png(tmp_path, results):
