@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -216,18 +217,46 @@ def output_png(path: str | Path) -> Path:
     return path / "metrics.png"
 
 
+def queue_cdf(result: SimResult) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted queueing times (s, submission to first start) of started jobs and the fraction of
+    ALL jobs started within each."""
+    waits = np.sort([r.queue_s for r in result.records if r.queue_s is not None])
+    return waits, np.arange(1, waits.size + 1) / max(len(result.records), 1)
+
+
+def class_mean_jct_s(result: SimResult) -> dict[str, float]:
+    """Mean JCT (s) of the finished jobs of each class that has any, in CLASS_KEYS order."""
+    groups: dict[str, list[float]] = {}
+    for record in result.records:
+        if record.jct_s is not None:
+            groups.setdefault(CLASS_KEYS[record.job.job_class], []).append(record.jct_s)
+    return {k: float(np.mean(groups[k])) for k in CLASS_KEYS.values() if k in groups}
+
+
+def _class_bars(ax: Any, results: Mapping[str, SimResult]) -> None:
+    """Grouped bars: per class, one bar per policy (mean JCT in minutes)."""
+    classes = list(CLASS_KEYS.values())
+    width = 0.8 / max(len(results), 1)
+    for i, (name, result) in enumerate(results.items()):
+        means = class_mean_jct_s(result)
+        xs = [c + i * width for c, key in enumerate(classes) if key in means]
+        ax.bar(xs, [means[k] / 60 for k in classes if k in means], width, label=name)
+    ax.set_xticks([c + 0.4 - width / 2 for c in range(len(classes))])
+    ax.set_xticklabels([CLASS_LABELS[k] for k in classes])
+
+
 def plot(results: Mapping[str, SimResult], path: str | Path) -> Path:
-    """Write a PNG with two panels: JCT CDF per policy (log x), GPU utilisation over time per
-    policy. Returns the file written."""
+    """Write a PNG with four panels: JCT CDF per policy (log x), GPU utilisation over time,
+    queueing time CDF, mean JCT per job class. Returns the file written."""
     # Imported here so that the JSON and table reports work without matplotlib; the Figure API
     # with the Agg canvas needs no display and leaves pyplot's global state alone.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    fig = Figure(figsize=(12, 4.5), layout="constrained")
+    fig = Figure(figsize=(12, 9), layout="constrained")
     FigureCanvasAgg(fig)
-    cdf_ax, util_ax = fig.subplots(1, 2)
+    (cdf_ax, util_ax), (queue_ax, class_ax) = fig.subplots(2, 2)
     for name, result in results.items():
         jcts, fraction = jct_cdf(result)
         positive = jcts > 0  # a log axis cannot show a zero JCT
@@ -237,13 +266,21 @@ def plot(results: Mapping[str, SimResult], path: str | Path) -> Path:
         if times.size:
             origin = first_submit_s(result)
             util_ax.step((times - origin) / 3600, util * 100, where="post", label=name)
+        waits, started = queue_cdf(result)
+        if waits.size:
+            queue_ax.step(waits / 60, started, where="post", label=name)
+    _class_bars(class_ax, results)
     cdf_ax.set(xscale="log", xlabel="JCT (min)", ylabel="fraction of all jobs", ylim=(0, 1.02))
     cdf_ax.set_title("Job completion time CDF")
     cdf_ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     cdf_ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlap
     util_ax.set(xlabel="time since first submission (h)", ylabel="busy GPUs (%)", ylim=(0, 102))
     util_ax.set_title("GPU utilisation")
-    for ax in (cdf_ax, util_ax):
+    queue_ax.set(xlabel="queueing time (min)", ylabel="fraction of all jobs", ylim=(0, 1.02))
+    queue_ax.set_title("Queueing time CDF (submission to first start)")
+    class_ax.set(ylabel="mean JCT (min)")
+    class_ax.set_title("Mean JCT per job class (finished jobs)")
+    for ax in (cdf_ax, util_ax, queue_ax, class_ax):
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()

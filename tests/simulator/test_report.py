@@ -11,10 +11,12 @@ from mlsched.model import Deadline, JobClass
 from simulator.metrics import compute_metrics, gpu_utilization
 from simulator.report import (
     ROWS,
+    class_mean_jct_s,
     format_table,
     jct_cdf,
     output_png,
     plot,
+    queue_cdf,
     underload_warning,
     utilization_series,
     write_json,
@@ -148,3 +150,18 @@ def test_series_are_downsampled_and_keep_the_utilization_integral():
     jcts, fraction = jct_cdf(big)
     assert len(jcts) == 2000
     assert fraction[-1] == 1.0 and jcts[-1] == max(r.jct_s for r in records)
+
+
+def test_queue_cdf_and_class_means_by_hand(results):
+    # unisched: j0 (strict) 0-50, j1 10-200, j2 20-400, each started on submission.
+    waits, fraction = queue_cdf(results["unisched"])
+    assert list(waits) == [0.0, 0.0, 0.0] and list(fraction) == pytest.approx([1 / 3, 2 / 3, 1])
+    assert class_mean_jct_s(results["unisched"]) == {
+        "strict": 50.0,
+        "best_effort": pytest.approx((190 + 380) / 2),
+    }
+    # fifo: j2 never ends, so only j1 counts for best effort.
+    assert class_mean_jct_s(results["fifo"]) == {"strict": 90.0, "best_effort": 290.0}
+    late = SimResult("late", 4, [JobRecord(job=job("a", 0)), JobRecord(job("b", 10), 70.0)])
+    waits, fraction = queue_cdf(late)  # a never started: the curve tops out at 1/2
+    assert list(waits) == [60.0] and list(fraction) == [0.5]
