@@ -13,7 +13,7 @@ node-a's CPU over h_r before its memory, and on a CPU overload the Euclidean rul
 the CPU-heaviest task, ``grower``. Two training jobs run on node-a:
 
 - ``mover`` holds a 1.3 GB ballast from its start and trains slowly (CPU nearly idle), at full
-  speed once resumed; on node-a it stops one step short of its budget and waits there, so it
+  speed once moved; on node-a it stops one step short of its budget and waits there, so it
   ends only by moving, however long the steps before the migration take;
 - ``grower`` starts small; when the test creates the ``go`` file it allocates 0.9 GB, which
   takes node-a's memory above h_r = 90% (about 3.0 of 2.6 GB).
@@ -38,6 +38,7 @@ from pathlib import Path
 
 import pytest
 
+from mlsched.localcluster import ClusterTiming
 from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState
 
 pytestmark = pytest.mark.integration
@@ -45,6 +46,17 @@ pytestmark = pytest.mark.integration
 MEMORY_CAPACITY = 2_600_000_000
 CPU_CAPACITY = 64  # cores: CPU (and the virtual slots' load, taken from it) never overloads
 MOVER_STEPS = 300
+# conftest's FAST timing, with the heartbeat timeout at the agent's default self-fencing delay
+# (30 s): a shim self-fences after that long without word from its agent, and 4 s of silence
+# happened here with the two cores under load (load average 20-28): all three trainers
+# suspended at once and resumed (on node-a), with no migration involved.
+TIMING = ClusterTiming(
+    lease_s=600.0,
+    cycle_s=0.3,
+    heartbeat_interval_s=0.5,
+    heartbeat_timeout_s=30.0,
+    suspend_grace_s=15.0,
+)
 
 TRAINER = r'''
 """A small trainer_shim job holding a memory ballast (see tests/integration/test_overload.py)."""
@@ -61,25 +73,30 @@ p = argparse.ArgumentParser()
 p.add_argument("--ballast-mb", type=int, default=0)
 p.add_argument("--go-file", default="", help="allocate the ballast once this file exists")
 p.add_argument("--step-s", type=float, default=0.1)
-p.add_argument("--resumed-step-s", type=float, default=None, help="pace once resumed")
-p.add_argument("--checkpoint-every", type=int, default=0)
+p.add_argument("--home", default="", help="the trainer-address file of the first node's agent")
+p.add_argument("--resumed-step-s", type=float, default=None, help="pace away from --home")
+p.add_argument("--checkpoint-every", type=int, default=0, help="on --home")
 p.add_argument(
-    "--hold-at", type=int, default=0, help="unless resumed, train no further than this step"
+    "--hold-at", type=int, default=0, help="on --home, train no further than this step"
 )
 args = p.parse_args()
 ballast = None
+# On the node it started on (whatever the attempt: a self-fenced task may resume there) the
+# job keeps its pace, its hold and its checkpoints; a move to another node ends them (away,
+# the steps cost little and the budget is reached soon, however loaded the machine).
+away = os.path.realpath(os.environ["MLSCHED_AGENT_ADDR_FILE"]) != os.path.realpath(args.home)
 
 with trainer_shim.init() as job:
     torch.manual_seed(0)
     model = nn.Linear(4, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     step = job.restore(model, optimizer=optimizer)
-    pace = args.resumed_step_s if job.restored and args.resumed_step_s else args.step_s
+    pace = args.resumed_step_s if away and args.resumed_step_s else args.step_s
     while not job.should_stop():
         if ballast is None and (not args.go_file or os.path.exists(args.go_file)):
             ballast = bytearray(b"\x01") * (args.ballast_mb << 20)  # resident: every page written
         time.sleep(pace)
-        if args.hold_at and not job.restored and step >= args.hold_at:
+        if args.hold_at and not away and step >= args.hold_at:
             if job.should_suspend():  # held: only a suspension ends this attempt
                 job.save_checkpoint(step, model, optimizer=optimizer)
                 break
@@ -93,17 +110,19 @@ with trainer_shim.init() as job:
         if job.should_suspend():
             job.save_checkpoint(step, model, optimizer=optimizer)
             break
-        if args.checkpoint_every and step % args.checkpoint_every == 0:
+        if args.checkpoint_every and not away and step % args.checkpoint_every == 0:
             job.save_checkpoint(step, model, optimizer=optimizer)
     if job.suspend_reason is None:
         job.save_checkpoint(step, model, optimizer=optimizer)
 '''
 
 
-def trainer_spec(script: Path, name: str, steps: int, *args: str) -> JobSpec:
+def trainer_spec(script: Path, cluster, name: str, steps: int, *args: str) -> JobSpec:
+    """A job of ``TRAINER`` whose home (where it holds and keeps its pace) is node-a."""
+    home = cluster.root / "node-a" / "trainer-address"  # the agent's MLSCHED_AGENT_ADDR_FILE
     return JobSpec(
         name=name,
-        command=(sys.executable, str(script), *args),
+        command=(sys.executable, str(script), "--home", str(home), *args),
         gpus=1,
         stopping=IterationStop(steps),
         working_dir=str(script.parent),
@@ -133,7 +152,7 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
     script = tmp_path / "ballast_trainer.py"
     script.write_text(TRAINER)
     go = tmp_path / "go"
-    cluster = make_cluster(nodes={}, policy=policy)
+    cluster = make_cluster(TIMING, nodes={}, policy=policy)
     overload_flags = ["--overload-samples", "1", "--migration-cooldown", "600"]
     cluster.start_agent(
         "node-a",
@@ -151,6 +170,7 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
         mover = client.submit(
             trainer_spec(
                 script,
+                cluster,
                 "mover",
                 MOVER_STEPS,
                 "--ballast-mb",
@@ -166,7 +186,9 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
             )
         )
         grower = client.submit(
-            trainer_spec(script, "grower", 10_000_000, "--ballast-mb", "900", "--go-file", str(go))
+            trainer_spec(
+                script, cluster, "grower", 10_000_000, "--ballast-mb", "900", "--go-file", str(go)
+            )
         )
         wait_job(cluster, client, grower.id, lambda j: j.state is JobState.RUNNING)
         # a checkpoint: mover holds its ballast and trains at its idle pace
@@ -214,7 +236,7 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
 # --- priorities (issue 10 item 2): the agent names the lower-priority of two near-equal tasks
 
 TWIN_MEMORY_CAPACITY = 5_000_000_000
-EARLY_STEPS = 5_000  # "early": long, no deadline: the lowest Eq. 6 priority
+EARLY_STEPS = 2_000  # "early": long, no deadline: the lowest Eq. 6 priority
 LATE_STEPS = 300  # "late": short, a deadline: Eq. 6's highest; the queue's lowest
 
 
@@ -231,9 +253,10 @@ def test_the_agent_names_the_lower_priority_of_two_equal_tasks(
 
     - under ``fifo`` (the queue order, ``controller/policy/ranks.py``) ``late``, submitted
       second;
-    - under ``mlfs`` (Eq. 6) ``early``: 5,000 steps left (r about 500 s, Eq. 4's r term 2.2),
-      no deadline, against ``late``'s r floored at 60 s (18) and a 60 s deadline (18 once
-      floored), so P(early) < 1.9 < 12.6 < P(late).
+    - under ``mlfs`` (Eq. 6) ``early``: no deadline and 2,000 steps of 0.1 s, so while 1,000
+      or more are left r >= 100 s (Eq. 4's r term <= 10.8) and P(early) <= 0.3 + 0.7 * 10.8
+      < 7.9 (P^ML <= 1), against ``late``'s 60 s deadline, whose term (18 once floored) alone
+      gives P(late) >= 0.7 * 18 = 12.6 (the agent logged 0.30 and 12.9 at the launches).
 
     The old stand-in (the oldest start lowest) would name ``early`` under both. The named twin
     checkpoints, resumes on node-b and completes there; node-a is relieved (about 53 %).
@@ -241,7 +264,7 @@ def test_the_agent_names_the_lower_priority_of_two_equal_tasks(
     script = tmp_path / "ballast_trainer.py"
     script.write_text(TRAINER)
     go = tmp_path / "go"
-    cluster = make_cluster(nodes={}, policy=policy)
+    cluster = make_cluster(TIMING, nodes={}, policy=policy)
     overload_flags = ["--overload-samples", "1", "--migration-cooldown", "600"]
     cluster.start_agent(
         "node-a",
@@ -256,9 +279,12 @@ def test_the_agent_names_the_lower_priority_of_two_equal_tasks(
     )
     cluster.wait_for_nodes({"node-a"})
     twin = ("--ballast-mb", "1600", "--step-s", "0.1", "--checkpoint-every", "5")
-    early_spec = trainer_spec(script, "early", EARLY_STEPS, *twin, "--resumed-step-s", "0.001")
+    early_spec = trainer_spec(
+        script, cluster, "early", EARLY_STEPS, *twin, "--resumed-step-s", "0.001"
+    )
     late_spec = trainer_spec(
         script,
+        cluster,
         "late",
         LATE_STEPS,
         *twin,
@@ -272,7 +298,9 @@ def test_the_agent_names_the_lower_priority_of_two_equal_tasks(
         early = client.submit(early_spec)
         late = client.submit(late_spec)
         grower = client.submit(
-            trainer_spec(script, "grower", 10_000_000, "--ballast-mb", "600", "--go-file", str(go))
+            trainer_spec(
+                script, cluster, "grower", 10_000_000, "--ballast-mb", "600", "--go-file", str(go)
+            )
         )
         wait_job(cluster, client, grower.id, lambda j: j.state is JobState.RUNNING)
         for twin_job in (early, late):
