@@ -5,8 +5,10 @@ runs, and the ranks that stay keep their processes (trainer_shim.regroup; docs/o
 The data order depends only on (seed, step, rank), as in ddp_classifier, so a rank that joins
 draws the same batches a restarted job would. One JSON line goes to stdout at every membership
 change (`event`: started, joined, regrouped, left; with the generation, step, rank, world size,
-the state digest and the unix time), at every batch-size change (`batch_size`) and after the
-first step that follows either (`first_step`); tests and benchmarks/bench_resize.py read them.
+the state digest, the unix time and `idle_from`, when the rank's last step before it ended; a
+(re)start is `started`), at every batch-size change
+(`batch_size`) and after the first step that follows either (`first_step`); tests and
+benchmarks/bench_resize.py read them.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ def emit(event: str, **fields: object) -> None:
     print(json.dumps({"event": event, **fields, "time": time.time()}), flush=True)
 
 
-def emit_membership(change: Membership) -> None:
+def emit_membership(change: Membership, idle_from: float | None) -> None:
+    """`idle_from`: when this process finished its last step before the change."""
     emit(
         change.event,
         generation=change.generation,
@@ -40,6 +43,7 @@ def emit_membership(change: Membership) -> None:
         world_size=change.world_size,
         batch_size=change.batch_size,
         digest=change.digest,
+        idle_from=idle_from,
     )
 
 
@@ -72,11 +76,12 @@ def main(argv: list[str] | None = None) -> None:
         train_x = train_y = test_x = test_y = torch.empty(0)
         loss_value = float("nan")
         announce = False  # print `first_step` after the next step
+        last_step_at: float | None = None
 
         while True:
             change = group.step_boundary(model, optimizer, step, global_batch)
             if change is not None:
-                emit_membership(change)
+                emit_membership(change, last_step_at)
                 if change.event == "left":
                     break
                 step, rank, world_size = change.step, change.rank, change.world_size
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
                 train_x, train_y = (t[shard].to(device) for t in full_train)
                 test_x, test_y = (t[shard].to(device) for t in full_test)
                 ddp_model = DistributedDataParallel(model) if world_size > 1 else model
-                announce = change.event != "started"
+                announce = True
             if job.should_stop():
                 break
             requested = job.requested_batch_size()
@@ -103,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
             optimizer.step()
             step += 1
             loss_value = loss.item()
+            last_step_at = time.time()
             if announce:
                 emit(
                     "first_step",

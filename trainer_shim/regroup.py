@@ -12,7 +12,10 @@ a collective of the current group called at every step boundary:
    group at the next step boundary; every old rank leaves the old group there. Ranks below m
    join the new group with the same rank; ranks at or above m stop ("left the group").
 4. When the group grew, rank 0 broadcasts the model and optimizer state, the step and the batch
-   size; the new ranks load them in their first `step_boundary`.
+   size; the new ranks load them.
+
+A new rank does its part of 2-4 in its first `step_boundary`, after the script has built its
+model and data, so the old ranks stop training only for the switch itself.
 
 The script then rebuilds what depends on the group (the DDP wrapper, its data shard).
 """
@@ -266,15 +269,13 @@ class ElasticGroup:
         return self._generation
 
     def init_process_group(self) -> bool:
-        """Join the job's first group (env://), or, for a new rank, the regroup it was started
-        for. Returns whether a group of more than one process is active."""
+        """Join the job's first group (env://). A new rank joins its regroup later, in its first
+        `step_boundary`, once the script has built its model: the ranks already training wait
+        only for that. Returns whether this process is (or, joining, will be) in a group of
+        more than one process."""
         if self._joining:
-            store = distributed.rendezvous_store(
-                self._addr, self._port(), serve=False, timeout=self._timeout
-            )
-            store.add(f"{self._generation}/joined", 1)  # rank 0 switches once all are counted
-            self._join(store)
-        elif self._world_size > 1:
+            return self._world_size > 1
+        if self._world_size > 1:
             distributed.init_process_group(self._job.device, timeout=self._timeout)
         return distributed.is_active()
 
@@ -299,7 +300,7 @@ class ElasticGroup:
         if not self._started:
             self._started = True
             if self._joining:
-                return self._receive_state(model, optimizer)
+                return self._join_running_group(model, optimizer)
             return self._membership("started", step, batch_size, "")
         plan = self._due_plan()
         if plan is None:
@@ -408,9 +409,15 @@ class ElasticGroup:
             self._job.env, world_size=self._world_size, master_port=port
         )
 
-    def _receive_state(
+    def _join_running_group(
         self, model: nn.Module, optimizer: torch.optim.Optimizer | None
     ) -> Membership:
+        """A new rank: count in at rank 0's store, join the group, load rank 0's state."""
+        store = distributed.rendezvous_store(
+            self._addr, self._port(), serve=False, timeout=self._timeout
+        )
+        store.add(f"{self._generation}/joined", 1)  # rank 0 switches once all are counted
+        self._join(store)
         payload = distributed.broadcast_from_rank0(None)
         if not isinstance(payload, dict):
             raise RuntimeError(f"regroup {self._generation}: rank 0 sent no state")

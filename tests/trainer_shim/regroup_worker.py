@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from datetime import timedelta
 
 import torch
 from torch import nn
@@ -34,7 +35,10 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
     inbox = RegroupInbox()
-    with trainer_shim.init() as job, ElasticGroup(job, inbox=inbox) as group:
+    with (
+        trainer_shim.init() as job,
+        ElasticGroup(job, inbox=inbox, timeout=timedelta(seconds=120)) as group,
+    ):
         group.init_process_group()
         torch.manual_seed(job.rank + 7)  # different initial weights: only the broadcast aligns
         model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))

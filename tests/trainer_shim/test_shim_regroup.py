@@ -169,7 +169,11 @@ def test_two_real_processes_grow_and_shrink_in_place(tmp_path: Path) -> None:
         subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
         for env in (rank0_env, rank1_env)
     ]
-    outs = [p.communicate(timeout=240)[0] for p in procs]
+    try:  # a rank that fails makes the other give up within its 120-s rendezvous timeout
+        outs = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
     assert [p.returncode for p in procs] == [0, 0], outs
     r0, r1 = _events(outs[0]), _events(outs[1])
 
