@@ -27,6 +27,7 @@ from nodeagent.model import (
     LogsResult,
     ProgressInfo,
     Registration,
+    RegroupRequest,
     TaskRef,
     TaskStatusInfo,
     TrainerCommand,
@@ -416,6 +417,9 @@ class _LinkHandler:
 
     def ack(self, ref: TaskRef) -> None:
         self._agent.tasks.ack(ref)
+
+    def regroup(self, request: RegroupRequest) -> None:
+        self._agent.tasks.regroup(request)
 
     def priority(self, ref: TaskRef, priority: float) -> None:
         self._agent.priorities.set(ref, priority)
