@@ -55,8 +55,9 @@ from mlsched.model import (
     SpeedSample,
     TargetMetricStop,
 )
-from simulator.elastic import RESCALE_S, BatchProfile, batch_metrics
+from simulator.elastic import BatchProfile, batch_metrics
 from simulator.interference import Interference
+from simulator.resize_cost import BATCH, NO_REGROUP, REGROUP, RENEW, ResizeCosts, mechanism
 from simulator.types import RESOURCES, JobModel, JobRecord, SimResult, TraceJob
 
 _ARRIVE, _RELEASE, _FINISH = 0, 1, 2
@@ -84,6 +85,7 @@ class SimConfig:
     check_invariants: bool = False
     max_time_s: float | None = None  # stop the clock here (None: run until every job ends)
     interference: Interference | None = None  # slowdown from co-located load (None: none)
+    resize: ResizeCosts = NO_REGROUP  # pauses per resize mechanism (simulator/resize_cost)
 
 
 _NO_METRICS: Mapping[str, float] = MappingProxyType({})
@@ -559,6 +561,7 @@ class Simulation:
                 handled.add(item.job_id)
             else:
                 self._result.refused_migrations += 1
+        costs = self._config.resize
         for item in decision.resize:
             job = self._active.get(item.job_id)
             gpus = batch = 0
@@ -567,13 +570,15 @@ class Simulation:
                 gpus = gpus if gpus >= job.trace.elastic.min_gpus else 0
                 batch = self._batch_for(job, item.batch_size, gpus)
             if job is not None and gpus and batch >= 0:
-                if item.placement == job.placement and batch == job.batch:  # a renewal
+                how = mechanism(job.placement, item.placement, batch != job.batch, costs)
+                if how == RENEW:
                     job.fields["lease_expires_at"] = self._now + item.lease_s
-                elif item.placement == job.placement:  # in place: a batch change only
+                elif how == BATCH:
                     self._rebatch(job, batch, item.lease_s)
                 else:
                     job.batch = batch
-                    self._migrate(job, item.placement, item.lease_s, gpus, resize=True)
+                    pause = costs.regroup_s if how == REGROUP else None
+                    self._migrate(job, item.placement, item.lease_s, gpus, True, pause)
                 handled.add(item.job_id)
             else:
                 self._result.refused_resizes += 1
@@ -611,14 +616,15 @@ class Simulation:
         return self._model.speed(job.trace, gpus, nodes)
 
     def _rebatch(self, job: _Job, batch: int, lease_s: float) -> None:
-        """Change a running job's batch in place (ONES §3.3.1): training pauses ``RESCALE_S``
-        (ONES Fig. 16: about 1 s), then goes on at the new batch's speed on the same GPUs."""
+        """Change a running job's batch in place (ONES §3.3.1): training pauses the config's
+        ``resize.batch_s`` (ONES Fig. 16: about 1 s), then goes on at the new batch's speed on the
+        same GPUs."""
         self._settle(job)
         job.batch = batch
         job.record.resizes += 1
         job.base_speed = max(self._speed(job, *job.shape), _EPS)
         job.speed = max(job.base_speed * job.factor, _EPS)
-        job.progress_from = max(job.progress_from, self._now) + RESCALE_S
+        job.progress_from = max(job.progress_from, self._now) + self._config.resize.batch_s
         job.fields["training_since"] = job.progress_from
         job.fields["lease_expires_at"] = self._now + lease_s
         self._mark(job, job.progress_from, job.work - job.remaining)
@@ -796,10 +802,12 @@ class Simulation:
         lease_s: float,
         gpus: int,
         resize: bool = False,
+        pause_s: float | None = None,
     ) -> None:
         """Move a running job (MLFS §3.3.3), or resize an elastic one (issue 14): checkpoint,
         release its GPUs, resume on ``placement`` at once; progress pauses for the suspend and
-        resume overheads."""
+        resume overheads, or ``pause_s`` for a resize in place (a regroup: same attempt, no
+        t_sr sample)."""
         now = self._now
         if job.unobserved and now > job.progress_from:
             self._observe(job)
@@ -819,12 +827,15 @@ class Simulation:
         else:
             record.migrations += 1
         record.nodes_used = max(record.nodes_used, nodes)
-        overhead = self._model.suspend_s(job.trace, old_gpus) + self._model.resume_s(
-            job.trace, gpus
-        )
-        job.sr_total += overhead
-        job.sr_count += 1
-        job.attempt += 1
+        if pause_s is None:
+            overhead = self._model.suspend_s(job.trace, old_gpus) + self._model.resume_s(
+                job.trace, gpus
+            )
+            job.sr_total += overhead
+            job.sr_count += 1
+            job.attempt += 1
+        else:
+            overhead = pause_s
         job.version += 1
         job.placement = placement
         job.gpus = gpus
@@ -835,7 +846,8 @@ class Simulation:
         job.progress_from = now + overhead
         self._mark(job, job.progress_from, job.work - job.remaining)
         fields = job.fields
-        fields["sr_overhead_s"] = job.sr_total / job.sr_count
+        if job.sr_count:
+            fields["sr_overhead_s"] = job.sr_total / job.sr_count
         fields["attempt"] = job.attempt
         fields["placement"] = placement
         fields["running_since"] = now

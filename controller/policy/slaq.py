@@ -13,7 +13,8 @@ measured iteration time) counts as unconverged (normalised loss 1, §6.1) and ge
 its request first.
 
 Ours: §4.3 reallocates every epoch for free (§5: a token bucket on Spark cores); here a resize
-pauses the job (suspend plus resume, ``sr_overhead_s`` when measured, else ``RESIZE_PAUSE_S``),
+pauses the job (suspend plus resume, ``sr_overhead_s`` when measured, else ``RESIZE_PAUSE_S``;
+``regroup_s`` for a GPU change in place on the job's one node, when given),
 so a job's predicted reduction on an allocation other than the one it holds counts ``epoch -
 pause`` seconds of training; a unit's priority is the best per-unit gain over the next units
 (the plain marginal when there is no pause), and a grow that does not beat keeping the held
@@ -34,7 +35,7 @@ from controller.policy.slaq_predict import (
     largest_change,
     strawman,
 )
-from controller.policy.slaq_resize import bounds, held, movable, plan
+from controller.policy.slaq_resize import bounds, held, in_place_room, movable, plan
 
 RESIZE_PAUSE_S = 25.0  # ours: the simulator's 4 s + 20 s + 0.36 s/GPU, until one is measured
 
@@ -48,9 +49,14 @@ class SlaqPolicy:
         weights: Mapping[str, float] | None = None,
         name: str | None = None,
         pause_s: float = RESIZE_PAUSE_S,
+        regroup_s: float | None = None,
+        regroup_any: bool = False,
     ) -> None:
         self.maxmin = maxmin
-        self.pause_s = pause_s  # a resize's pause before one is measured; 0: the paper's
+        self.pause_s = pause_s  # a restart's pause before one is measured; 0: the paper's
+        self.regroup_s = regroup_s  # an in-place GPU change's pause; None: none in place
+        self.regroup_any = regroup_any  # a what-if: every GPU change in place
+        self._room: dict[str, int] = {}  # per job, the most GPUs it may reach in place
         self.weights = dict(weights or {})  # by job id, else by user; default 1
         self.name = name or ("slaq-maxmin" if maxmin else "slaq")
         self._fits: dict[str, tuple[tuple[int, float], LossCurve | None]] = {}
@@ -59,6 +65,7 @@ class SlaqPolicy:
         expired, capacity = movable(snapshot)
         order = expired + list(snapshot.queued)
         epoch = snapshot.default_lease_s
+        self._room = in_place_room(snapshot) if self.regroup_s is not None else {}
         targets = self.allocate(order, capacity, epoch)
         at_boundary = {j.id for j in expired}
         for job in snapshot.active:
@@ -159,10 +166,18 @@ class SlaqPolicy:
         curve, start, scale, t_iter, _, _ = predicted
         train = epoch
         if job.state.active and units != held(job):
-            pause = job.sr_overhead_s if job.sr_overhead_s is not None else self.pause_s
-            train = max(0.0, epoch - pause)
+            train = max(0.0, epoch - self.pause(job, units))
         weight = self.weights.get(job.id, self.weights.get(job.user, 1.0))
         return weight * (curve(start) - curve(start + train / t_iter(units))) / scale
+
+    def pause(self, job: JobView, units: int) -> float:
+        """The pause of resizing ``job`` to ``units`` GPUs, by the mechanism that would do it
+        (simulator/resize_cost.py): a regroup in place when every rank stays on its one node
+        and the node has room, else a restart (its measured t_sr, else ``pause_s``)."""
+        in_place = self.regroup_any or units <= self._room.get(job.id, 0)
+        if self.regroup_s is not None and in_place:
+            return self.regroup_s
+        return job.sr_overhead_s if job.sr_overhead_s is not None else self.pause_s
 
     def predict(self, job: JobView, epoch: float):
         """(curve, iteration now, largest change per iteration, iteration time(a), loss floor,

@@ -34,6 +34,19 @@ def movable(snapshot: ClusterSnapshot) -> tuple[list[JobView], int]:
     return expired, free + sum(held(j) for j in expired)
 
 
+def in_place_room(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """For each job at a lease boundary whose ranks are all on one node: the most GPUs it may
+    hold there (its own plus the node's free ones), the reach of an in-place regroup. Jobs of
+    one node each count the same free GPUs (a grow past what is left is a restart)."""
+    free = {n.id: len(n.free_gpu_indices) for n in snapshot.nodes}
+    room = {}
+    for job in snapshot.expired():
+        nodes = {p.node_id for p in job.placement}
+        if len(nodes) == 1:
+            room[job.id] = held(job) + free.get(next(iter(nodes)), 0)
+    return room
+
+
 def plan(
     snapshot: ClusterSnapshot,
     targets: Mapping[str, int],
