@@ -224,8 +224,7 @@ def cmd_events(client: Any, args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(render.event_dict(event)), flush=True)
         else:
-            where = " ".join(x for x in (event.job_id, event.node_id) if x)
-            print(f"{event.seq:6d} {event.kind:18s} {where:24s} {event.message}", flush=True)
+            print(render.event_line(event), flush=True)
     return 0
 
 

@@ -189,6 +189,21 @@ def event_dict(event: Event) -> dict[str, Any]:
     }
 
 
+EVENT_KIND_WIDTH = 21  # the longest kind the controller records: state_row_quarantined
+EVENT_WHERE_WIDTH = 24  # a job id and a node id
+
+
+def event_line(event: Event) -> str:
+    """One row of ``mlsched events``: sequence, UTC time, kind, job/node, message, in columns
+    that line up for every kind (a longer job/node pair pushes only its own message)."""
+    where = " ".join(x for x in (event.job_id, event.node_id) if x) or "-"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(event.time))
+    return (
+        f"{event.seq:>6}  {stamp}  {event.kind:<{EVENT_KIND_WIDTH}}  "
+        f"{where:<{EVENT_WHERE_WIDTH}}  {event.message}"
+    )
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]

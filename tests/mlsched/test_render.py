@@ -546,3 +546,18 @@ def test_describe_shows_the_default_mlfs_fields():
         "  partitions: none (data parallel)",
         "  dependencies: none",
     ]
+
+
+def test_event_rows_line_up_whatever_the_kind():
+    events = [
+        Event(7, 3600.0, "job_submitted", "mlp by alice", "j-1"),
+        Event(1234, 3661.0, "state_row_quarantined", "bad row", "", "n1"),
+        Event(8, 0.0, "controller_started", "listening"),
+    ]
+    lines = [render.event_line(e) for e in events]
+    assert lines[0] == (
+        "     7  1970-01-01 01:00:00  job_submitted          j-1                       mlp by alice"
+    )
+    assert lines[1].startswith("  1234  1970-01-01 01:01:01  state_row_quarantined  n1  ")
+    assert lines[2].split()[-2:] == ["-", "listening"]
+    assert len({line.index(e.message) for line, e in zip(lines, events, strict=True)}) == 1
