@@ -6,6 +6,7 @@ from __future__ import annotations
 DEFAULT_POLICY = "unisched"
 
 POLICY_NAMES = (
+    "chic",
     "chic-ar",
     "chronus",
     "edf",

@@ -89,6 +89,7 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "ones": _Ones,  # ONES (Bian et al.; docs/ones.md): evolutionary batch-size search
     "optimus": _Optimus,  # Optimus as ONES used it: greedy marginal gain every 10 minutes
     "chic-ar": lambda: _chic_ar(),  # Chic (docs/chic.md) on all-reduce jobs, as ONES adapted it
+    "chic": lambda: _chic(),  # Chic's PS counts live, all-reduce jobs as chic-ar (docs/chic.md)
     "mlf-h": MlfhPolicy,  # MLFS §3.3, without MLF-C
     # MLF-RL (MLFS §3.4) with the shipped model; MLFS = MLF-RL with MLF-C (§3.5)
     "mlf-rl": lambda: _mlf_rl(load_control=False, name="mlf-rl"),
@@ -123,6 +124,15 @@ def _chic_ar() -> Policy:
         pass
 
     return _ChicAr()
+
+
+def _chic() -> Policy:
+    from controller.policy.chic.live import ChicLivePolicy
+
+    class _Chic(AnswersOverloadRequests, ChicLivePolicy):
+        pass
+
+    return _Chic()
 
 
 def _mlf_rl(load_control: bool, name: str) -> Policy:
