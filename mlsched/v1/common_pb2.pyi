@@ -45,6 +45,11 @@ class MetricGoal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     METRIC_GOAL_MAXIMIZE: _ClassVar[MetricGoal]
     METRIC_GOAL_MINIMIZE: _ClassVar[MetricGoal]
 
+class Launcher(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LAUNCHER_UNSPECIFIED: _ClassVar[Launcher]
+    LAUNCHER_TORCHRUN: _ClassVar[Launcher]
+
 class BatchRule(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     BATCH_RULE_UNSPECIFIED: _ClassVar[BatchRule]
@@ -84,6 +89,8 @@ JOB_CLASS_SOFT_SLO: JobClass
 METRIC_GOAL_UNSPECIFIED: MetricGoal
 METRIC_GOAL_MAXIMIZE: MetricGoal
 METRIC_GOAL_MINIMIZE: MetricGoal
+LAUNCHER_UNSPECIFIED: Launcher
+LAUNCHER_TORCHRUN: Launcher
 BATCH_RULE_UNSPECIFIED: BatchRule
 BATCH_RULE_FIXED_GLOBAL: BatchRule
 BATCH_RULE_FIXED_PER_GPU: BatchRule
@@ -128,7 +135,7 @@ class StoppingCriterion(_message.Message):
     def __init__(self, iterations: _Optional[_Union[IterationCriterion, _Mapping]] = ..., target_metric: _Optional[_Union[TargetMetricCriterion, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size", "mlfs", "elastic", "ps")
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size", "mlfs", "elastic", "ps", "launcher")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +157,7 @@ class JobSpec(_message.Message):
     MLFS_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
     PS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHER_FIELD_NUMBER: _ClassVar[int]
     name: str
     command: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
@@ -164,7 +172,8 @@ class JobSpec(_message.Message):
     mlfs: MlfsSpec
     elastic: ElasticSpec
     ps: PsSpec
-    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ..., mlfs: _Optional[_Union[MlfsSpec, _Mapping]] = ..., elastic: _Optional[_Union[ElasticSpec, _Mapping]] = ..., ps: _Optional[_Union[PsSpec, _Mapping]] = ...) -> None: ...
+    launcher: Launcher
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ..., mlfs: _Optional[_Union[MlfsSpec, _Mapping]] = ..., elastic: _Optional[_Union[ElasticSpec, _Mapping]] = ..., ps: _Optional[_Union[PsSpec, _Mapping]] = ..., launcher: _Optional[_Union[Launcher, str]] = ...) -> None: ...
 
 class RoleResources(_message.Message):
     __slots__ = ("gpus", "cpus", "memory_gb")
