@@ -52,3 +52,18 @@ def test_an_arrival_halves_its_gpu_share_so_it_is_suspended_and_relaunched_small
         "d": (T(0, "a", (0,)),),
         "p": (T(0, "a", (1,)), T(1, "a", ()), T(2, "a", ())),
     }
+
+
+def test_a_job_being_suspended_still_counts_so_the_plan_does_not_flap():
+    policy = make_policy("chic")
+    pending = (view("p", PS_SPEC, JobState.PENDING, 0.0),)
+    policy.decide(ClusterSnapshot(0.0, node((0, 1)), pending, ()))
+    held = (T(0, "a", (0,)), T(1, "a", (1,)), T(2, "a", ()))
+    running = view("p", PS_SPEC, JobState.RUNNING, 0.0, held)
+    queued = (view("d", DDP, JobState.PENDING, 1.0),)
+    policy.decide(ClusterSnapshot(1.0, node(()), queued, (running,)))
+    # the PS job's second worker has ended, its chief is still saving: GPU 1 is free
+    suspending = view("p", PS_SPEC, JobState.SUSPENDING, 0.0, held[:1] + held[2:])
+    decision = policy.decide(ClusterSnapshot(2.0, node((1,)), queued, (), (suspending,)))
+    [launch] = decision.launch
+    assert launch.placement == (T(0, "a", (1,)),)  # its share, one GPU, not the whole node

@@ -43,7 +43,10 @@ class ChicLivePolicy:
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         running = sorted(snapshot.active, key=lambda j: (j.submit_time, j.id))
-        order = running + list(snapshot.queued)
+        # a job being suspended (busy) is still in the system: a resize must not look like a
+        # departure, else the others are re-planned without it for the length of its save
+        ending = sorted(snapshot.busy, key=lambda j: (j.submit_time, j.id))
+        order = running + ending + list(snapshot.queued)
         ids = frozenset(j.id for j in order)
         if ids != self._jobs:
             self._targets = self.allocate(snapshot, order, {j.id for j in running})
@@ -91,6 +94,8 @@ class ChicLivePolicy:
         expired = {j.id for j in snapshot.expired()}
         for job in running:
             target = self._targets.get(job.id, (0, 0))
+            if not any(p.rank == 0 for p in job.placement):
+                continue  # its chief has ended: the job is ending, nothing to resize
             if _counts(job) != target:
                 suspend.append(Suspend(job.id, f"chic: resize to {_describe(job, target)}"))
             elif job.id in expired:
