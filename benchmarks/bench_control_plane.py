@@ -108,13 +108,46 @@ def serve_controller(stats_path: str, profile: bool, argv: list[str]) -> int:
             cycles.append(time.perf_counter() - started)
 
     Scheduler.run_cycle = timed  # type: ignore[method-assign]
+    handled = _time_reports()
     sampler = StackSampler()
     if profile:
         sampler.start()
     rc = main(["controller", *argv])
     sampler.halt.set()
-    Path(stats_path).write_text(json.dumps({"cycles": cycles, "profile": sampler.top()}))
+    Path(stats_path).write_text(
+        json.dumps({"cycles": cycles, "profile": sampler.top(), "reports": handled})
+    )
     return rc
+
+
+def _time_reports() -> dict[str, list[float]]:
+    """Agent reports as the controller's report applier handles them: per message kind,
+    [count, seconds under the state lock]; "_batches": [batches, largest queue seen]."""
+    from controller.report_applier import ReportApplier
+    from controller.servicer import AgentServicer
+
+    handled: dict[str, list[float]] = {"_batches": [0, 0]}
+    untimed_handle, untimed_take = AgentServicer._handle, ReportApplier._take
+
+    def handle(self, node_id, request):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        try:
+            return untimed_handle(self, node_id, request)
+        finally:
+            row = handled.setdefault(request.WhichOneof("message"), [0, 0.0])
+            row[0] += 1
+            row[1] += time.perf_counter() - started
+
+    def take(self):  # type: ignore[no-untyped-def]
+        batch = untimed_take(self)
+        row = handled["_batches"]
+        row[0] += 1
+        row[1] = max(row[1], len(batch[0]) + self._queue.qsize())
+        return batch
+
+    AgentServicer._handle = handle  # type: ignore[method-assign]
+    ReportApplier._take = take  # type: ignore[method-assign]
+    return handled
 
 
 # --- the driver -------------------------------------------------------------------------------
@@ -373,6 +406,7 @@ def measure(
         "command_p99_s": _round(p99(commands)),
         "cycle_p99_s": _round(p99(stats["cycles"])),
         "cycles": len(stats["cycles"]),
+        "reports": {k: [round(v[0]), round(v[1], 2)] for k, v in stats["reports"].items()},
         "rss_mib": round(usage["VmRSS"], 1),
         "peak_rss_mib": round(usage["VmHWM"], 1),
         "controller_cpu_s": round(usage["cpu_s"], 1),

@@ -48,6 +48,7 @@ class ReportApplier:
         self._max_batch = max_batch
         self._hold_s = hold_s
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="reports", daemon=True)
         self._thread.start()
 
@@ -56,7 +57,9 @@ class ReportApplier:
         self._queue.put((fn, args, done))
 
     def stop(self) -> None:
-        """Apply what is queued, then end the thread."""
+        """End the thread; what is still queued is dropped (a stopping controller's agents
+        report their tasks again when they register with the next one)."""
+        self._stopping = True
         self._queue.put(_STOP)
         self._thread.join()
 
@@ -89,12 +92,16 @@ class ReportApplier:
     def _apply(self, batch: list[Call]) -> list[tuple[Done, BaseException | None]]:
         dones: list[tuple[Done, BaseException | None]] = []
         i = 0
-        while i < len(batch):
+        while i < len(batch) and not self._stopping:
             if i:
                 time.sleep(0)  # let a thread waiting for the lock take it
             started = time.perf_counter()
             with self._lock:
-                while i < len(batch) and time.perf_counter() - started < self._hold_s:
+                while (
+                    i < len(batch)
+                    and time.perf_counter() - started < self._hold_s
+                    and not self._stopping
+                ):
                     fn, args, done = batch[i]
                     i += 1
                     error: BaseException | None = None

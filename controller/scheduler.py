@@ -338,10 +338,15 @@ class SchedulerLoop:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            started = time.perf_counter()
             try:
                 self._scheduler.run_cycle()
             except Exception:  # one bad cycle must not stop scheduling
                 log.exception("scheduling cycle failed")
+            # Triggers (every submit and task report) would otherwise run cycles back to back,
+            # holding the state lock nearly all the time: agents' reports waited seconds for it
+            # (docs/scale.md). The lock is left free at least as long as a cycle took.
+            self._stop.wait(min(time.perf_counter() - started, self._interval_s))
 
 
 def reserve(snapshot: ClusterSnapshot, reserved: Mapping[str, set[int]]) -> ClusterSnapshot:

@@ -216,10 +216,13 @@ def test_reports_are_applied_in_order_and_their_errors_reach_the_loop() -> None:
 
         return record
 
+    last = threading.Event()
     try:
         for i in range(5):
             applier.submit(apply, (i,), done(i))
-        applier.stop()  # applies what is queued first
+        applier.submit(last.set, (), None)
+        assert last.wait(WAIT_S)
+        applier.stop()
         rpc.run(asyncio.sleep(0))  # the completions were queued on the loop before this
     finally:
         rpc.close()
