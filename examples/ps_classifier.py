@@ -218,6 +218,7 @@ def chief(
     test_x, test_y = spirals(args.test_size, args.classes, seed=args.seed + 1)
     global_batch = (job.restored and job.restored.batch_size) or job.batch_size or args.batch_size
     loss = float("nan")
+    times: list[float] = []  # this attempt's step times, for the summary
     while not job.should_stop():
         started = time.perf_counter()
         futures = [w.rpc_async().compute(step, global_batch) for w in remote]
@@ -229,11 +230,12 @@ def chief(
         if step % args.eval_every == 0:
             gather(model, ps)
             metrics = {"accuracy": accuracy(model, test_x.to(device), test_y.to(device))}
+        times.append(time.perf_counter() - started)
         job.report(
             step,
             loss=loss,
             metrics=metrics,
-            iteration_time=time.perf_counter() - started,
+            iteration_time=times[-1],
             batch_size=global_batch,
         )
         if job.should_suspend() or step % args.checkpoint_every == 0:
@@ -250,6 +252,8 @@ def chief(
         "accuracy": accuracy(model, test_x.to(device), test_y.to(device)),
         "workers": workers,
         "servers": servers,
+        # the median step of this attempt (benchmarks/ps_example_times.py reads it)
+        "median_step_s": sorted(times)[len(times) // 2] if times else None,
     }
 
 
