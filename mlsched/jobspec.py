@@ -20,6 +20,7 @@ Example::
     elastic: {min_gpus: 1, max_gpus: 4, batch: fixed-per-gpu}   # optional (mlsched.spec_elastic)
     ps: {workers: {min: 1, max: 2}, servers: {min: 1, max: 2}, worker: {gpus: 1}, server: {cpus: 1}}
                                   # optional: a parameter-server job (mlsched.spec_ps)
+    launcher: torchrun            # optional: the command runs torchrun (mlsched.spec_launcher)
 
 MLFS choices (§3.1, §3.5): urgency is a number in [1, 10], the range §4.1 draws from (the paper
 allows [0, m], but an urgency of 0 zeroes Eq. 2's ML priority). ``partitions`` has one entry per
@@ -46,6 +47,7 @@ from mlsched.model import (
     IterationStop,
     JobClass,
     JobSpec,
+    Launcher,
     MetricGoal,
     MlfsSpec,
     StopOption,
@@ -53,6 +55,7 @@ from mlsched.model import (
     TargetMetricStop,
 )
 from mlsched.spec_elastic import elastic_to_dict, parse_elastic
+from mlsched.spec_launcher import launcher_problems, parse_launcher
 from mlsched.spec_ps import job_problems, parse_ps, ps_to_dict
 from mlsched.spec_section import open_section
 
@@ -74,6 +77,7 @@ _TOP_FIELDS = {
     "mlfs",
     "elastic",
     "ps",
+    "launcher",
 }
 _MLFS_FIELDS = (
     "urgency",
@@ -127,7 +131,11 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
     name = _name(data.get("name"), problems)
     command = _command(data.get("command"), problems)
     gpus = _int_field(data, "gpus", problems, required=True, low=1, high=MAX_GPUS)
-    per_process = _int_field(data, "gpus_per_process", problems, default=1, low=1, high=MAX_GPUS)
+    launcher = parse_launcher(data.get("launcher"), problems)
+    one_launcher = gpus if launcher is Launcher.TORCHRUN and gpus else 1  # mlsched.spec_launcher
+    per_process = _int_field(
+        data, "gpus_per_process", problems, default=one_launcher, low=1, high=MAX_GPUS
+    )
     if gpus and per_process and gpus % per_process:
         problems.append(f"gpus ({gpus}) must be a multiple of gpus_per_process ({per_process})")
     job_class = _job_class(data.get("class", JobClass.BEST_EFFORT.value), problems)
@@ -143,6 +151,7 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
     elastic = parse_elastic(data.get("elastic"), fine, per_process, batch_size, problems)
     ps = parse_ps(data.get("ps"), problems)  # issue 16: a parameter-server job
     problems += job_problems(ps, fine, per_process or 0, "elastic" in data)
+    problems += launcher_problems(launcher, data)
     if problems:
         raise SpecError(problems)
     assert stopping is not None and job_class is not None
@@ -161,6 +170,7 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
         mlfs=mlfs,
         elastic=elastic,
         ps=ps,
+        launcher=launcher,
     )
 
 
@@ -188,6 +198,8 @@ def validate_spec(spec: JobSpec) -> None:
         document["elastic"] = elastic_to_dict(spec.elastic)
     if spec.ps.enabled:
         document["ps"] = ps_to_dict(spec.ps)
+    if spec.launcher is not Launcher.AGENT:
+        document["launcher"] = spec.launcher.value
     parse_spec(document)
 
 

@@ -17,6 +17,13 @@ class JobClass(enum.Enum):
     SOFT_SLO = "soft-slo"
 
 
+class Launcher(enum.Enum):
+    """Who starts a job's training processes (docs/frameworks.md)."""
+
+    AGENT = "agent"  # one process per gpus_per_process GPUs, started by the node agent
+    TORCHRUN = "torchrun"  # the command runs torchrun: one launcher per task, a process per GPU
+
+
 class MetricGoal(enum.Enum):
     MAXIMIZE = "max"
     MINIMIZE = "min"
@@ -203,6 +210,7 @@ class JobSpec:
     mlfs: MlfsSpec = MlfsSpec()
     elastic: ElasticSpec = ElasticSpec()
     ps: PsSpec = PsSpec()
+    launcher: Launcher = Launcher.AGENT
 
     @property
     def num_tasks(self) -> int:

@@ -15,6 +15,7 @@ from mlsched.model import (
     JobEstimate,
     JobSpec,
     JobState,
+    Launcher,
     MetricGoal,
     MlfsSpec,
     Node,
@@ -38,6 +39,7 @@ _JOB_CLASS = {
     JobClass.STRICT_SLO: pb.JOB_CLASS_STRICT_SLO,
     JobClass.SOFT_SLO: pb.JOB_CLASS_SOFT_SLO,
 }
+_LAUNCHER = {Launcher.AGENT: pb.LAUNCHER_UNSPECIFIED, Launcher.TORCHRUN: pb.LAUNCHER_TORCHRUN}
 _GOAL = {MetricGoal.MAXIMIZE: pb.METRIC_GOAL_MAXIMIZE, MetricGoal.MINIMIZE: pb.METRIC_GOAL_MINIMIZE}
 _JOB_STATE = {s: pb.JobState.Value(f"JOB_STATE_{s.value}") for s in JobState}
 _TASK_STATE = {s: pb.TaskState.Value(f"TASK_STATE_{s.value}") for s in TaskState}
@@ -213,6 +215,7 @@ def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
         mlfs=mlfs,
         elastic=elastic,
         ps=ps_to_proto(spec.ps) if spec.ps.enabled else None,
+        launcher=_LAUNCHER[spec.launcher],
     )
 
 
@@ -237,7 +240,18 @@ def spec_from_proto(msg: pb.JobSpec) -> JobSpec:
         mlfs=mlfs_from_proto(msg.mlfs) if msg.HasField("mlfs") else MlfsSpec(),
         elastic=elastic_from_proto(msg.elastic) if msg.HasField("elastic") else ElasticSpec(),
         ps=ps_from_proto(msg.ps) if msg.HasField("ps") else PsSpec(),
+        launcher=launcher_from_proto(msg.launcher),
     )
+
+
+def launcher_from_proto(value: int) -> Launcher:
+    """``JobSpec.launcher`` from the wire; unset (an older sender) is the agent's launcher."""
+    if value == pb.LAUNCHER_UNSPECIFIED:
+        return Launcher.AGENT
+    launcher = _reverse(_LAUNCHER).get(value)
+    if launcher is None:
+        raise WireError(f"launcher: unknown value {value}")
+    return launcher
 
 
 def task_to_proto(task: Task) -> pb.TaskInfo:

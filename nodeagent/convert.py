@@ -80,6 +80,7 @@ def launch_from_pb(msg: agent_pb2.LaunchTask) -> LaunchRequest:
         max_iterations=max_iterations,
         target=target,
         ps_workers=msg.ps_workers,
+        launcher=serde.launcher_from_proto(spec.launcher),
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 # Shared with the controller (mlsched.model), re-exported for the agent's modules.
 from mlsched.model import GpuInfo as GpuInfo
 from mlsched.model import GpuMetrics as GpuMetrics
+from mlsched.model import Launcher as Launcher
 from mlsched.model import NodeMetrics as NodeMetrics
 
 
@@ -90,6 +91,7 @@ class LaunchRequest:
     max_iterations: int | None = None
     target: TargetMetric | None = None
     ps_workers: int = 0  # a PS job's workers this attempt (nodeagent.ps_role); 0: not one
+    launcher: Launcher = Launcher.AGENT  # TORCHRUN: the command is one torchrun per task
 
 
 @dataclass(frozen=True)

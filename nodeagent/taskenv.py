@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from nodeagent.model import LaunchRequest
+from nodeagent.model import Launcher, LaunchRequest
 from nodeagent.ps_role import ROLE_VARIABLES, role_env
 
 DEFAULT_MASTER_ADDR = "127.0.0.1"
@@ -83,9 +83,44 @@ def build_task_env(
     for key in ROLE_VARIABLES:
         env.pop(key, None)  # a PS job's roles come from the launch, never from the spec's env
     contract.update(role_env(ref.rank, max(1, request.world_size), request.ps_workers))
+    contract.update(torchrun_env(request, contract["MASTER_ADDR"], context.master_port))
     env.update(contract)
     if "OMP_NUM_THREADS" not in request.env:
-        env["OMP_NUM_THREADS"] = str(
-            omp_threads(context.cpu_count, len(request.gpu_indices), context.node_gpu_slots)
-        )
+        threads = omp_threads(context.cpu_count, len(request.gpu_indices), context.node_gpu_slots)
+        if request.launcher is Launcher.TORCHRUN:  # shared by the launcher's processes
+            threads = max(1, threads // processes_per_launcher(request))
+        env["OMP_NUM_THREADS"] = str(threads)
     return env
+
+
+def processes_per_launcher(request: LaunchRequest) -> int:
+    """The training processes one torchrun task starts: one per GPU it holds."""
+    return max(1, len(request.gpu_indices))
+
+
+def torchrun_env(request: LaunchRequest, master_addr: str, master_port: int) -> dict[str, str]:
+    """What a task whose command runs torchrun gets besides the usual contract (else nothing).
+
+    torchrun reads its options from ``PET_<OPTION>`` when the command line leaves them out, so
+    ``torchrun script.py`` joins the job's static rendezvous as node ``rank`` of ``world_size``
+    with one process per GPU of the task. The ``TORCHELASTIC_*`` pair and ``NODE_RANK`` /
+    ``GROUP_RANK`` describe the launcher itself; torchrun sets its own in its children.
+    """
+    if request.launcher is not Launcher.TORCHRUN:
+        return {}
+    ref = request.ref
+    return {
+        "MLSCHED_LAUNCHER": Launcher.TORCHRUN.value,
+        "NODE_RANK": str(ref.rank),
+        "GROUP_RANK": str(ref.rank),
+        "PET_NNODES": str(max(1, request.world_size)),
+        "PET_NODE_RANK": str(ref.rank),
+        "PET_NPROC_PER_NODE": str(processes_per_launcher(request)),
+        "PET_RDZV_BACKEND": "static",
+        "PET_MASTER_ADDR": master_addr,
+        "PET_MASTER_PORT": str(master_port),
+        "PET_RDZV_ID": ref.job_id,
+        "PET_MAX_RESTARTS": "0",  # a failed attempt is the controller's to retry
+        "TORCHELASTIC_RUN_ID": ref.job_id,
+        "TORCHELASTIC_RESTART_COUNT": str(max(0, ref.attempt - 1)),
+    }

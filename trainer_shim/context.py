@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from mlsched.v1 import common_pb2, trainer_pb2
-from trainer_shim import distributed, elastic
+from trainer_shim import distributed, elastic, launchers
 from trainer_shim.checkpoint import (
     CheckpointStore,
     StaleCheckpointWrite,
@@ -101,6 +101,8 @@ def init(
         batch_size = task_env.batch_size or batch_size
         resume = task_env.resume
         exit_file = task_env.exit_file or exit_file
+        if not launchers.speaks_for_task(task_env):  # a torchrun child of local rank > 0
+            exit_file = None
     else:
         criteria = kwargs_criteria
     scale, controller_batch = elastic.from_env(
@@ -165,7 +167,7 @@ class JobContext:
         self._flush_timeout = flush_timeout
         self._control = ControlState()
         self._session: AgentSession | None = None
-        if task_env.in_cluster:
+        if task_env.in_cluster and launchers.speaks_for_task(task_env):
             self._session = AgentSession(
                 task_id=task_env.task_id or "",
                 token=task_env.token,
@@ -186,6 +188,7 @@ class JobContext:
             )
         # Training-thread state.
         self._step = 0
+        self._group_check = launchers.GroupCheck(task_env.world_size)
         self._loss: float | None = None
         self._metrics: dict[str, float] = {}
         self._scale = scale or elastic.Scale(
@@ -498,6 +501,8 @@ class JobContext:
         equals `iteration_time`. Schedulers use both to predict the speed on other GPU counts.
         """
         self._step = int(step)
+        if (warning := self._group_check.observe(distributed.is_active())) is not None:
+            log.warning("%s", warning)
         if loss is not None:
             self._loss = float(loss)
         if metrics:

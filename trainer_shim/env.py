@@ -50,6 +50,7 @@ class TaskEnv:
     omp_num_threads: int | None = None
     fence_suspend_after_s: float | None = None  # agent silent this long: suspend (self-fencing)
     fence_exit_after_s: float | None = None  # agent silent this long: exit at once
+    launcher: str | None = None  # MLSCHED_LAUNCHER: "torchrun" under a per-task torchrun
 
     @property
     def in_cluster(self) -> bool:
@@ -174,6 +175,7 @@ def parse_env(environ: Mapping[str, str] | None = None) -> TaskEnv:
         master_addr=_get(env, "MASTER_ADDR"),
         master_port=_get_int(env, "MASTER_PORT"),
         omp_num_threads=_get_int(env, "OMP_NUM_THREADS", minimum=1),
+        launcher=_get(env, "MLSCHED_LAUNCHER"),
         **_fence_deadlines(env),
     )
 
