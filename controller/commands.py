@@ -79,6 +79,20 @@ class PriorityCommand:
     priority: float
 
 
+@dataclass(frozen=True)
+class RegroupCommand:
+    """Change the process count of a running attempt in place (agent.proto ``RegroupTask``):
+    ``task`` is its rank 0; ``new_ranks`` are (rank, GPU indices) of the ranks it starts."""
+
+    task: TaskRef
+    generation: int
+    world_size: int
+    new_ranks: tuple[tuple[int, tuple[int, ...]], ...]
+    spec: JobSpec
+    user: str
+    batch_size: int = 0  # the new global batch; 0: unchanged
+
+
 Command = (
     LaunchCommand
     | SuspendCommand
@@ -88,6 +102,7 @@ Command = (
     | BatchSizeCommand
     | AckCommand
     | PriorityCommand
+    | RegroupCommand
 )
 
 

@@ -19,6 +19,7 @@ from controller.commands import (
     LaunchCommand,
     LeaseCommand,
     PriorityCommand,
+    RegroupCommand,
     StopTrainingCommand,
     SuspendCommand,
     TaskRef,
@@ -84,6 +85,22 @@ def encode(command: Command) -> agent_pb2.AgentSessionResponse:
     if isinstance(command, PriorityCommand):
         return agent_pb2.AgentSessionResponse(
             priority=agent_pb2.TaskPriority(task=task, priority=command.priority)
+        )
+    if isinstance(command, RegroupCommand):
+        return agent_pb2.AgentSessionResponse(
+            regroup=agent_pb2.RegroupTask(
+                job_id=command.task.job_id,
+                attempt=command.task.attempt,
+                generation=command.generation,
+                world_size=command.world_size,
+                new_ranks=[
+                    agent_pb2.RegroupRank(rank=rank, gpu_indices=gpus)
+                    for rank, gpus in command.new_ranks
+                ],
+                spec=serde.spec_to_proto(command.spec),
+                user=command.user,
+                batch_size=command.batch_size,
+            )
         )
     raise TypeError(f"unknown command {command!r}")
 

@@ -14,8 +14,11 @@ event. Mechanisms, in order:
   waited for; they are reserved meanwhile. A target that is gone (node lost, GPU taken by a
   job that keeps it) abandons the resize: the job waits in the queue.
 
-A second in-place mechanism (regrouping the processes without a restart) plugs in before
-``suspend/resume`` in ``MECHANISMS``: an object with ``name``, ``accepts(state, job, current,
+- ``in-place regroup``: another process count on the job's one node, the ranks that stay
+  keeping their GPUs: ``RegroupTask`` to the agent, the ranks that stay train on
+  (``controller/resize_inplace.py``); abandoned to checkpoint-restart when it does not happen.
+
+A mechanism is an object with ``name``, ``accepts(state, job, current,
 target, batch)``, ``start(state, book, pending)`` and ``settled(pending, job, attempt, batch,
 elapsed_s)`` (:class:`Mechanism`; ``docs/elastic.md``).
 
@@ -39,6 +42,7 @@ from controller.commands import BatchSizeCommand, Command, LaunchCommand
 from controller.placement import TaskPlacement
 from controller.policy.base import Resize
 from controller.resize_book import PendingResize, ResizeBook
+from controller.resize_inplace import InPlaceRegroup, abandoned, leaving_ranks_gone
 from controller.state import LIVE_TASK_STATES, ControllerState
 from mlsched.model import BatchRule, Job, JobSpec, JobState
 
@@ -119,7 +123,7 @@ class SuspendResume:
         return "" if relaunched else None
 
 
-MECHANISMS: tuple[Mechanism, ...] = (InPlaceBatch(), SuspendResume())
+MECHANISMS: tuple[Mechanism, ...] = (InPlaceBatch(), InPlaceRegroup(), SuspendResume())
 
 
 # --- the batch an attempt trains at ------------------------------------------------------------
@@ -346,10 +350,10 @@ def note_progress(
     """A progress report of ``job``'s rank 0: closes its resize when its mechanism says the
     job now trains in the new shape, recording the cost (``job_resized``)."""
     pending = book.pending.get(job.id)
-    mechanism = (
-        next((m for m in MECHANISMS if m.name == pending.mechanism), None) if pending else None
-    )
+    mechanism = _mechanism(pending) if pending else None
     if pending is None or mechanism is None:
+        return
+    if isinstance(mechanism, InPlaceRegroup) and not leaving_ranks_gone(state, pending):
         return
     cost = state.clock.now() - pending.ordered_at
     outcome = mechanism.settled(pending, job, attempt, batch, cost)
@@ -368,7 +372,13 @@ def note_progress(
 
 def _abandon(state: ControllerState, book: ResizeBook, pending: PendingResize, why: str) -> None:
     book.pending.pop(pending.job_id, None)
+    if isinstance(_mechanism(pending), InPlaceRegroup):
+        abandoned(state, book, pending)
     state.emit("resize_abandoned", f"{pending.mechanism}: {why}", job_id=pending.job_id)
+
+
+def _mechanism(pending: PendingResize) -> Mechanism | None:
+    return next((m for m in MECHANISMS if m.name == pending.mechanism), None)
 
 
 def _gpu_sets(placement: Sequence[TaskPlacement]) -> list[tuple[str, tuple[int, ...]]]:

@@ -28,6 +28,8 @@ class PendingResize:
     ordered_at: float
     attempt: int  # the attempt running when it was ordered
     relaunched: bool = False  # suspend/resume: launched on the target
+    from_ranks: int = 0  # in-place regroup: the attempt's processes before it
+    generation: int = 0  # in-place regroup: its number (controller/resize_inplace.py)
 
     @property
     def to_gpus(self) -> int:
@@ -36,10 +38,13 @@ class PendingResize:
 
 @dataclass
 class ResizeBook:
-    """Resizes under way per job id, and the global batch last ordered per job."""
+    """Resizes under way per job id, the global batch last ordered per job, the last regroup
+    generation per job, and the (job, attempt)s whose resizes no longer go in place."""
 
     pending: dict[str, PendingResize] = field(default_factory=dict)
     batches: dict[str, int] = field(default_factory=dict)
+    generations: dict[str, int] = field(default_factory=dict)
+    no_regroup: set[tuple[str, int]] = field(default_factory=set)
 
     def reserved(self) -> dict[str, set[int]]:
         """GPUs held for jobs waiting to be relaunched on a target, per node."""

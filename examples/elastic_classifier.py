@@ -29,8 +29,10 @@ from trainer_shim.regroup import ElasticGroup, Membership
 
 
 def emit(event: str, **fields: object) -> None:
-    """One JSON line for tests and benchmarks; `time` is the unix time of the event."""
-    print(json.dumps({"event": event, **fields, "time": time.time()}), flush=True)
+    """One JSON line for tests and benchmarks; `time` is the unix time of the event, `pid`
+    this process's id (a rank that stays through a regroup keeps it)."""
+    line = {"event": event, **fields, "pid": os.getpid(), "time": time.time()}
+    print(json.dumps(line), flush=True)
 
 
 def emit_membership(change: Membership, idle_from: float | None) -> None:

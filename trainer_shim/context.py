@@ -9,7 +9,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -166,6 +166,7 @@ class JobContext:
         self._fenced_reason: str | None = None
         self._flush_timeout = flush_timeout
         self._control = ControlState()
+        self._listeners: dict[str, Callable[[trainer_pb2.TrainerSessionResponse], None]] = {}
         self._session: AgentSession | None = None
         if task_env.in_cluster and launchers.speaks_for_task(task_env):
             self._session = AgentSession(
@@ -319,6 +320,8 @@ class JobContext:
             self._control.set_lease(response.lease.expires_at, response.lease.renewed)
         elif kind == "alive":
             pass  # counted above
+        elif kind in self._listeners:
+            self._listeners[kind](response)
         else:
             log.debug("ignoring unknown agent command %s", response)
 
@@ -346,6 +349,32 @@ class JobContext:
     @property
     def world_size(self) -> int:
         return self.env.world_size
+
+    @property
+    def in_session(self) -> bool:
+        """Whether this process talks to a node agent (False in local mode)."""
+        return self._session is not None
+
+    def listen(
+        self, kind: str, listener: Callable[[trainer_pb2.TrainerSessionResponse], None]
+    ) -> None:
+        """Hand the agent's messages of ``kind`` (a ``TrainerSessionResponse`` field this
+        context does not handle itself, e.g. "regroup") to ``listener``, on the session's
+        thread; a later call for the same kind replaces the listener."""
+        self._listeners[kind] = listener
+
+    def regrouped(
+        self, generation: int, world_size: int | None = None, master_port: int | None = None
+    ) -> None:
+        """In-place regroups (trainer_shim/regroup.py): ``generation`` is the last one this
+        process took part in (0: none yet), and after one its world size and rendezvous port.
+        Progress reports carry ``regroup_generation`` from the first call on: the controller
+        regroups only a job that reports it, and takes a new value as the new group training."""
+        if world_size is not None:
+            self.env = replace(self.env, world_size=world_size)
+        if master_port is not None:
+            self.env = replace(self.env, master_port=master_port)
+        self._metrics["regroup_generation"] = float(generation)
 
     @property
     def local_rank(self) -> int:

@@ -22,7 +22,6 @@ The script then rebuilds what depends on the group (the DDP wrapper, its data sh
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import os
@@ -136,27 +135,18 @@ class RegroupInbox:
 
 
 def attach(job: JobContext, inbox: RegroupInbox) -> bool:
-    """Route the agent's `Regroup` messages of `job`'s trainer session into `inbox`.
-
-    JobContext has no listener for new agent commands yet, so this wraps its session's callback
-    (which still sees every message: the self-fencing silence watch counts them). The hook that
-    replaces it: `JobContext._on_command` handing `kind == "regroup"` to a registered listener.
-    Returns False in local mode (no session).
-    """
-    session = getattr(job, "_session", None)
-    if session is None:
+    """Route the agent's `Regroup` messages of `job`'s trainer session into `inbox`
+    (`JobContext.listen`). Returns False in local mode (no session)."""
+    if not job.in_session:
         return False
-    previous = session._on_command
 
-    def on_command(response: trainer_pb2.TrainerSessionResponse) -> None:
-        if response.WhichOneof("message") == "regroup":
-            try:
-                inbox.offer(RegroupPlan.from_message(response.regroup))
-            except ValueError as exc:
-                log.error("ignoring a malformed Regroup from the agent: %s", exc)
-        previous(response)
+    def on_regroup(response: trainer_pb2.TrainerSessionResponse) -> None:
+        try:
+            inbox.offer(RegroupPlan.from_message(response.regroup))
+        except ValueError as exc:
+            log.error("ignoring a malformed Regroup from the agent: %s", exc)
 
-    session._on_command = on_command
+    job.listen("regroup", on_regroup)
     return True
 
 
@@ -237,6 +227,7 @@ class ElasticGroup:
         self._inbox = inbox if inbox is not None else RegroupInbox()
         if inbox is None:
             attach(job, self._inbox)
+        job.regrouped(self._generation)  # the controller regroups only jobs that say so
         self._rank = job.rank
         self._world_size = job.world_size
         self._addr = job.env.master_addr or "127.0.0.1"
@@ -404,10 +395,7 @@ class ElasticGroup:
         )
 
     def _port_override(self, port: int) -> None:
-        # JobContext reads rank and world size from its TaskEnv; there is no setter for them.
-        self._job.env = dataclasses.replace(
-            self._job.env, world_size=self._world_size, master_port=port
-        )
+        self._job.regrouped(self._generation, self._world_size, port)
 
     def _join_running_group(
         self, model: nn.Module, optimizer: torch.optim.Optimizer | None

@@ -101,16 +101,18 @@ def test_a_batch_change_on_the_same_gpus_goes_in_place_and_its_cost_is_recorded(
 
 def test_a_grow_suspends_and_resumes_on_the_target_with_the_batch_for_its_gpus(cluster):
     c = cluster
-    c.add_node("n1", 4)
+    c.add_node("n1", 2)
+    c.add_node("n2", 2)
     job = elastic_job(c, 2, BatchRule.FIXED_PER_GPU)  # 64 on 2 GPUs: 32 per GPU
     start(c, job, tp(0, "n1", 0), tp(1, "n1", 1))
     c.sink.clear()
-    target = (tp(0, "n1", 0), tp(1, "n1", 1), tp(2, "n1", 2), tp(3, "n1", 3))
+    # onto a second node: not in place (controller/resize_inplace.py)
+    target = (tp(0, "n1", 0), tp(1, "n1", 1), tp(2, "n2", 0), tp(3, "n2", 1))
     resize(c, job, *target)
     assert len(c.sink.of(SuspendCommand)) == 2
     assert c.job(job.id).state is JobState.SUSPENDING
-    c.cycle()  # GPUs 2 and 3 are held for the job: not free to the policy
-    assert c.scheduler.policy.snapshots[-1].nodes[0].free_gpu_indices == ()
+    c.cycle()  # n2's GPUs are held for the job: not free to the policy
+    assert [n.free_gpu_indices for n in c.scheduler.policy.snapshots[-1].nodes] == [(), ()]
     c.clock.advance(2.0)
     c.report_all(job.id, TaskState.SUSPENDED, checkpoint_step=10)
     assert c.job(job.id).state is JobState.SUSPENDED
@@ -120,8 +122,8 @@ def test_a_grow_suspends_and_resumes_on_the_target_with_the_batch_for_its_gpus(c
     assert [(cmd.task.rank, cmd.gpu_indices, cmd.world_size) for cmd in launches] == [
         (0, (0,), 4),
         (1, (1,), 4),
-        (2, (2,), 4),
-        (3, (3,), 4),
+        (2, (0,), 4),
+        (3, (1,), 4),
     ]
     env = dict(launches[0].spec.env)
     assert (env["MLSCHED_ELASTIC_BATCH_SIZE"], env["MLSCHED_BASE_BATCH_SIZE"]) == ("128", "64")
@@ -145,22 +147,23 @@ def test_a_grow_into_gpus_a_shrinking_job_gives_up_waits_for_them(cluster):
     c.scheduler.policy = StubPolicy(
         Decision(
             resize=(
-                Resize(shrinking.id, (tp(0, "n1", 0),), 10.0, reason="shrink"),
-                Resize(growing.id, (tp(0, "n1", 1), tp(1, "n1", 2)), 10.0, reason="grow"),
+                # each moves a rank that stays: not in place (controller/resize_inplace.py)
+                Resize(shrinking.id, (tp(0, "n1", 1),), 10.0, reason="shrink"),
+                Resize(growing.id, (tp(0, "n1", 0), tp(1, "n1", 2)), 10.0, reason="grow"),
             )
         )
     )
     c.cycle()
     assert c.job(shrinking.id).state is c.job(growing.id).state is JobState.SUSPENDING
     c.report_all(growing.id, TaskState.SUSPENDED, checkpoint_step=5)
-    c.cycle()  # GPU 1 is still the shrinking job's: the growing one waits, queued
+    c.cycle()  # GPU 0 is still the shrinking job's: the growing one waits, queued
     assert c.job(growing.id).state is JobState.SUSPENDED
     c.report_all(shrinking.id, TaskState.SUSPENDED, checkpoint_step=5)
     c.sink.clear()
     c.cycle()
     assert [(cmd.task.job_id, cmd.gpu_indices) for _, cmd in c.sink.of(LaunchCommand)] == [
-        (shrinking.id, (0,)),
-        (growing.id, (1,)),
+        (shrinking.id, (1,)),
+        (growing.id, (0,)),
         (growing.id, (2,)),
     ]
     assert messages(c, growing, "resize_abandoned") == []
