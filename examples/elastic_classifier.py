@@ -20,6 +20,7 @@ import time
 
 import torch
 from ddp_classifier import accuracy, batch_generator, build_model, parse_args
+from progress import Progress  # examples/progress.py: ONES' epoch report
 from synthetic import spirals  # examples/synthetic.py, next to this script
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
         step = saved_step = job.restore(model, optimizer=optimizer)
         global_batch = (job.restored and job.restored.batch_size) or job.batch_size or 128
+        progress = Progress(**job.load_extra().get("progress", {}), epoch_size=args.train_size)
         rank, world_size, ddp_model = 0, 1, model
         train_x = train_y = test_x = test_y = torch.empty(0)
         loss_value = float("nan")
@@ -111,6 +113,8 @@ def main(argv: list[str] | None = None) -> None:
             step += 1
             loss_value = loss.item()
             last_step_at = time.time()
+            elapsed = time.perf_counter() - started
+            progress.step(global_batch, loss_value, elapsed)
             if announce:
                 emit(
                     "first_step",
@@ -122,24 +126,29 @@ def main(argv: list[str] | None = None) -> None:
                 announce = False
             metrics = None
             if step % args.eval_every == 0:
-                metrics = {"accuracy": accuracy(model, test_x, test_y, world_size > 1)}
+                metrics = {
+                    "accuracy": accuracy(model, test_x, test_y, world_size > 1),
+                    **progress.report(),
+                }
             job.report(
                 step,
                 loss=loss_value,
                 metrics=metrics,
-                iteration_time=time.perf_counter() - started,
+                iteration_time=elapsed,
                 batch_size=global_batch,
             )
+            extra = {"progress": progress.saved()}
             if job.should_suspend():  # the same answer on every rank, at the same step
-                job.save_checkpoint(step, model, optimizer=optimizer)
+                job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)
                 break
             if step % args.checkpoint_every == 0:
-                job.save_checkpoint(step, model, optimizer=optimizer)
+                job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)
                 saved_step = step
 
         left = change is not None and change.event == "left"
         if not left and job.suspend_reason is None and step != saved_step:
-            job.save_checkpoint(step, model, optimizer=optimizer)  # the final weights
+            extra = {"progress": progress.saved()}
+            job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)  # final weights
         summary = {
             "rank": rank,
             "step": step,

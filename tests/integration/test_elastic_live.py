@@ -149,3 +149,58 @@ def test_ones_changes_batch_sizes_in_place_and_the_jobs_reach_their_target(
         assert order.kind == "resize_ordered" and order.message.endswith("in-place batch: ones")
         text = describe(cluster, changed[0].job_id)
         assert re.search(r"done: (\d) -> \1 GPUs, global batch \d+, by in-place batch in", text)
+
+
+def json_lines(text: str) -> list[dict]:
+    """elastic_classifier.py's JSON lines in a task log (the shim's log lines are skipped)."""
+    return [json.loads(line) for line in text.splitlines() if line.startswith('{"event"')]
+
+
+@pytest.mark.timeout(900)
+def test_ones_grows_and_shrinks_a_job_in_place_without_restarting_rank_0(
+    make_cluster, example_spec, wait_job
+):
+    # One node of 2 GPUs. ONES starts "first" on one GPU and doubles it after an epoch; the
+    # script follows regroups (elastic_classifier.py), so the grow is a RegroupTask. A second
+    # job then takes one of the GPUs back: the shrink is in place too.
+    timing = replace(SLAQ_TIMING, lease_s=30.0)
+    cluster = make_cluster(timing, nodes={"node-a": 2}, policy="ones")
+    elastic = ElasticSpec(1, 2, BatchRule.SCHEDULER, max_batch_size=512, linear_lr=True)
+    stop = TargetMetricStop("accuracy", 0.95, MetricGoal.MAXIMIZE, 10**6)
+
+    def spec(name: str, script: str, seed: str):
+        base = example_spec(name, script, 1, stop, *ARGS, "--seed", seed, "--eval-every", "20")
+        return replace(base, batch_size=64, elastic=elastic)
+
+    def resized(job_id: str, change: str):
+        return lambda e: (
+            e.kind in ("job_resized", "resize_abandoned")
+            and e.job_id == job_id
+            and (e.kind == "resize_abandoned" or e.message.startswith(change))
+        )
+
+    with cluster.client() as client:
+        first = client.submit(spec("first", "elastic_classifier.py", "1")).id
+        grown = cluster.wait_for_event(resized(first, "1 -> 2 GPUs"), 600.0)
+        assert grown.kind == "job_resized" and "by in-place regroup in" in grown.message
+        second = client.submit(spec("second", "ddp_classifier.py", "2")).id
+        shrunk = cluster.wait_for_event(resized(first, "2 -> 1 GPUs"), 600.0, grown.seq)
+        assert shrunk.kind == "job_resized" and "by in-place regroup in" in shrunk.message
+        for job_id in (first, second):
+            job = wait_job(cluster, client, job_id, lambda j: j.state.terminal, 600.0)
+            assert job.state is JobState.COMPLETED
+            assert job.metrics["accuracy"] >= 0.95
+        job, _ = client.get(first)
+        assert job.attempt == 1 and job.suspensions == 0  # never restarted
+        rank0 = json_lines(client.logs(first, 0).content)
+        assert len({line["pid"] for line in rank0}) == 1  # one process throughout
+        assert [line["event"] for line in rank0 if line["event"] != "first_step"][:1] == ["started"]
+        regroups = [line for line in rank0 if line["event"] == "regrouped"]
+        assert [line["world_size"] for line in regroups][:2] == [2, 1]
+        steps = [line["step"] for line in rank0 if "step" in line]
+        assert steps == sorted(steps) and steps[-1] > regroups[1]["step"]  # the count goes on
+        rank1 = [line["event"] for line in json_lines(client.logs(first, 1).content)]
+        assert rank1[:1] == ["joined"] and "left" in rank1
+        text = describe(cluster, first)
+        assert re.search(r"done: 1 -> 2 GPUs, global batch \d+, by in-place regroup in", text)
+        assert re.search(r"done: 2 -> 1 GPUs, global batch \d+, by in-place regroup in", text)
