@@ -16,7 +16,9 @@ A world fixes what every resize costs, for every policy of the run alike (the si
 - ``free``: the paper's assumption (§4.3, §5: Spark cores move for free): every suspension,
   resumption and resize costs 0 s, and SLAQ plans without a pause (``pause_s=0``).
 
-``@L`` after a world sets its lease (SLAQ's scheduling epoch) to ``L`` seconds instead of
+``+linear`` after a world (before ``@``) makes every job's speed linear in its GPUs (g / its
+request, SLAQ §4.2.1's assumption) instead of the measured tables. ``@L`` after a world sets
+its lease (SLAQ's scheduling epoch) to ``L`` seconds instead of
 ``--lease-seconds``, e.g. ``free@20``. Prints, per world and policy, the quality metrics
 (``quality_avg``; the average normalised loss 1 - quality, which the paper's "73 %" compares;
 delays to 90 / 95 % of the final reduction, avg / median), JCT, resizes per job, and the
@@ -26,8 +28,10 @@ seconds per job spent holding GPUs without progress (pauses).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,27 +39,50 @@ sys.path.insert(0, str(REPO))
 
 from controller.policy.registry import make_policy  # noqa: E402
 from simulator.cli import parse_cluster  # noqa: E402
-from simulator.elastic import LOADERS, ElasticJobModel, data_folder  # noqa: E402
+from simulator.elastic import LOADERS, BatchProfile, ElasticJobModel, data_folder  # noqa: E402
 from simulator.engine import SimConfig, Simulation  # noqa: E402
 from simulator.metrics import compute_metrics  # noqa: E402
 from simulator.resize_cost import ResizeCosts  # noqa: E402
-from simulator.types import JobRecord  # noqa: E402
+from simulator.types import JobRecord, TraceJob  # noqa: E402
 
 
-def world(text: str, lease_s: float) -> tuple[str, ResizeCosts, bool, float]:
-    """(name, costs, free restarts, lease) of a ``--worlds`` entry; ValueError if malformed."""
+@dataclass(frozen=True)
+class World:
+    name: str
+    costs: ResizeCosts
+    free: bool  # suspensions and resumptions cost nothing either
+    lease_s: float
+    linear: bool  # speed linear in GPUs (SLAQ §4.2.1's c S / N holds)
+
+
+def world(text: str, lease_s: float) -> World:
+    """A ``--worlds`` entry (module docstring); ValueError if malformed."""
     name, _, lease = text.partition("@")
     lease_s = float(lease) if lease else lease_s
+    name, linear = name.removesuffix("+linear"), name.endswith("+linear")
     kind, _, value = name.partition(":")
     if kind == "restart" and not value:
-        return text, ResizeCosts(), False, lease_s
+        return World(text, ResizeCosts(), False, lease_s, linear)
     if kind == "regroup" and value:
-        return text, ResizeCosts(regroup_s=float(value)), False, lease_s
+        return World(text, ResizeCosts(regroup_s=float(value)), False, lease_s, linear)
     if kind == "inplace" and value:
-        return text, ResizeCosts(regroup_s=float(value), regroup_any=True), False, lease_s
+        costs = ResizeCosts(regroup_s=float(value), regroup_any=True)
+        return World(text, costs, False, lease_s, linear)
     if kind == "free" and not value:
-        return text, ResizeCosts(batch_s=0.0, regroup_s=0.0), True, lease_s
-    raise ValueError(f"unknown world {text!r}: restart, regroup:S, inplace:S or free (@LEASE)")
+        return World(text, ResizeCosts(batch_s=0.0, regroup_s=0.0), True, lease_s, linear)
+    raise ValueError(f"unknown world {text!r}: restart, regroup:S, inplace:S or free")
+
+
+def linear_speed(job: TraceJob) -> TraceJob:
+    """``job`` whose speed on g GPUs is g / its request: its measured tables dropped, so the
+    engine's speed (``BatchProfile.throughput``) and the iteration times reported to the
+    policy (``ElasticJobModel.speed``) both follow ``speedup``."""
+    most = len(job.elastic.speedup)
+    speedup = tuple(g / job.gpus for g in range(1, most + 1))
+    changes: dict = {"speedup": speedup}
+    if isinstance(job.elastic, BatchProfile):
+        changes["tables"] = None
+    return dataclasses.replace(job, elastic=dataclasses.replace(job.elastic, **changes))
 
 
 def paused_s(record: JobRecord) -> float:
@@ -85,18 +112,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{'world':<14} {'policy':<12} {'quality':>7} {'loss':>6} {'d90 avg/med (min)':>18} "
         f"{'d95 avg/med (min)':>18} {'JCT min':>8} {'resz/job':>8} {'paused s':>8}"
     )
-    for name, costs, free, lease_s in worlds:
-        zero = {"suspend_s": 0.0, "resume_base_s": 0.0, "resume_per_gpu_s": 0.0} if free else {}
-        model = ElasticJobModel(source=source, seed=0, **zero)
-        config = SimConfig(lease_s=lease_s, cycle_s=args.cycle_seconds, resize=costs)
+    for w in worlds:
+        zero = {"suspend_s": 0.0, "resume_base_s": 0.0, "resume_per_gpu_s": 0.0}
+        model = ElasticJobModel(source=source, seed=0, **(zero if w.free else {}))
+        config = SimConfig(lease_s=w.lease_s, cycle_s=args.cycle_seconds, resize=w.costs)
+        run_jobs = [linear_speed(j) for j in jobs] if w.linear else jobs
+        name = w.name
         for policy_name in args.policy.split(","):
             policy = make_policy(policy_name)
             if policy_name.startswith("slaq"):
-                policy.regroup_s = costs.regroup_s
-                policy.regroup_any = costs.regroup_any
-                if free:
+                policy.regroup_s = w.costs.regroup_s
+                policy.regroup_any = w.costs.regroup_any
+                if w.free:
                     policy.pause_s = 0.0
-            result = Simulation(jobs, policy, shape, model, config).run()
+            result = Simulation(run_jobs, policy, shape, model, config).run()
             m = compute_metrics(result)
             q = m["quality_avg"]
             d90, d95 = m["delay_90_s"], m["delay_95_s"]
