@@ -4,7 +4,8 @@ A task's token alone does not open its trainer session. The agent also asks the 
 the connecting socket: under ``--run-tasks-as job-user`` the socket's uid must be the task's own
 (the kernel's TCP table names it, readable without privileges); otherwise, with every job under
 the agent's uid, one of the owning processes must be in the task's own session (every task
-starts one: nodeagent/launcher.py), which another job's process cannot join."""
+starts one: nodeagent/launcher.py) or descend from a process in it, which another job's process
+cannot do."""
 
 from __future__ import annotations
 
@@ -66,11 +67,14 @@ def peer_pids(peer: str, local_port: int) -> set[int]:
 
 
 def in_session(pids: set[int], session_id: int) -> bool:
-    """True when one of ``pids`` belongs to the session ``session_id``."""
+    """True when one of ``pids``, or a process it descends from, belongs to the session
+    ``session_id``: torchrun starts each training process in a session of its own (issue 18)."""
     for pid in pids:
-        with contextlib.suppress(OSError):
-            if os.getsid(pid) == session_id:
-                return True
+        with contextlib.suppress(OSError, psutil.Error):
+            process = psutil.Process(pid)
+            for member in (process, *process.parents()):
+                if os.getsid(member.pid) == session_id:
+                    return True
     return False
 
 
