@@ -23,3 +23,8 @@ python3 -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet "${pin[@]}" torch==2.13.0
 extras="${1:-}"
 "$venv/bin/python" -m pip install --quiet "${pin[@]}" -e ".${extras:+[$extras]}"
+# Compile the checkout's modules once: every controller, agent, trainer and CLI process imports
+# them, and with PYTHONDONTWRITEBYTECODE set (as some CI images do) each process would compile
+# them again. Python checks each file's timestamp, so an edited module is still recompiled.
+"$venv/bin/python" -m compileall -q -j 0 mlsched controller nodeagent trainer_shim simulator \
+    examples > /dev/null
