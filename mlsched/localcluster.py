@@ -73,7 +73,7 @@ class LocalCluster:
     def _mlsched(self) -> list[str]:
         return [sys.executable, "-m", "mlsched"]
 
-    def start_controller(self, timeout_s: float = 30.0) -> str:
+    def start_controller(self, timeout_s: float = 120.0) -> str:
         """Start (or restart on the same port) the controller; returns its address."""
         listen = self.address or "127.0.0.1:0"
         t = self.timing
