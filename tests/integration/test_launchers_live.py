@@ -10,6 +10,7 @@ the machine's speed to reach first.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 
@@ -63,14 +64,7 @@ def test_torchrun_job_suspends_and_resumes_from_its_checkpoint(
     make_cluster, example_spec, wait_job, ended
 ):
     cluster = make_cluster(LEASE, nodes={"node-a": 2})
-    torchrun = (sys.executable, "-m", "torch.distributed.run")
-    ddp = example_spec("ddp-torchrun", "ddp_classifier.py", 2, FOREVER, "--checkpoint-every", "20")
-    spec = replace(
-        ddp,
-        command=(*torchrun, *ddp.command[1:]),  # torchrun examples/ddp_classifier.py ...
-        launcher=Launcher.TORCHRUN,
-        gpus_per_process=2,
-    )
+    spec = _torchrun_spec(example_spec, "ddp-torchrun", 2, 2, FOREVER)
     with cluster.client("alice") as client:
         filler = example_spec("filler", stopping=FOREVER)
         resumed, done = _suspend_resume_and_stop(cluster, client, spec, filler, wait_job, ended)
@@ -98,3 +92,52 @@ def test_lightning_job_suspends_and_resumes_from_its_checkpoint(
     _check(resumed, done)
     assert f"restored step {resumed.restored_step} from" in log
     assert f'"restored": {resumed.restored_step}' in log
+
+
+def _torchrun_spec(example_spec, name: str, gpus: int, per_launcher: int, stopping):
+    ddp = example_spec(name, "ddp_classifier.py", gpus, stopping, "--checkpoint-every", "20")
+    torchrun = (sys.executable, "-m", "torch.distributed.run")
+    return replace(
+        ddp,
+        command=(*torchrun, *ddp.command[1:]),  # torchrun examples/ddp_classifier.py ...
+        launcher=Launcher.TORCHRUN,
+        gpus_per_process=per_launcher,
+    )
+
+
+def _summary_line(log: str) -> str:
+    """The example's JSON summary (torchrun may log after it)."""
+    [line] = [line for line in log.splitlines() if line.startswith('{"rank"')]
+    return line
+
+
+def test_two_torchrun_launchers_on_two_agents_train_as_one_group(
+    make_cluster, example_spec, wait_job, ended
+):
+    cluster = make_cluster()  # node-a and node-b, one GPU each
+    spec = _torchrun_spec(example_spec, "ddp-2-nodes", 2, 1, IterationStop(60))
+    with cluster.client("alice") as client:
+        job = client.submit(spec)
+        done = wait_job(cluster, client, job.id, ended, timeout_s=TIMEOUT_S)
+        _, tasks = client.get(job.id)
+        logs = [client.logs(job.id, rank=rank).content for rank in (0, 1)]
+    assert done.state is JobState.COMPLETED, done.message
+    assert done.iteration == 60
+    assert sorted((t.rank, t.node_id) for t in tasks) == [(0, "node-a"), (1, "node-b")]
+    # node rank 1's launcher started global rank 1; both ranks ended in the same DDP model
+    summaries = [json.loads(_summary_line(log)) for log in logs]
+    assert [s["rank"] for s in summaries] == [0, 1]
+    assert summaries[0]["accuracy"] == summaries[1]["accuracy"]
+
+
+def test_two_processes_without_a_process_group_get_a_warning_in_their_log(
+    make_cluster, example_spec, wait_job, ended
+):
+    cluster = make_cluster(nodes={"node-a": 2})
+    with cluster.client("alice") as client:
+        job = client.submit(example_spec("no-ddp", "mlp_classifier.py", 2, IterationStop(30)))
+        done = wait_job(cluster, client, job.id, ended, timeout_s=TIMEOUT_S)
+        logs = [client.logs(job.id, rank=rank).content for rank in (0, 1)]
+    assert done.state is JobState.COMPLETED, done.message
+    for log in logs:
+        assert "this job runs 2 processes (WORLD_SIZE=2) but none has joined" in log
