@@ -18,6 +18,7 @@ from mlsched.model import (
     JobEstimate,
     JobSpec,
     JobState,
+    Launcher,
     MetricGoal,
     MigrationTarget,
     MlfsSpec,
@@ -69,6 +70,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "mlfs": mlfs_to_dict(spec.mlfs),
         "elastic": elastic_to_dict(spec.elastic),
         "ps": ps_to_dict(spec.ps) if spec.ps.enabled else None,
+        "launcher": spec.launcher.value,
     }
 
 
@@ -88,6 +90,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         mlfs=_mlfs_from_dict(d.get("mlfs")),  # absent in rows written before MLFS
         elastic=_elastic_from_dict(d.get("elastic")),  # absent in rows written before issue 14
         ps=_ps_from_dict(d.get("ps")),  # absent in rows written before issue 16
+        launcher=Launcher(d.get("launcher", Launcher.AGENT.value)),  # absent before issue 18
     )
 
 
