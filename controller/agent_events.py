@@ -404,5 +404,7 @@ class AgentEvents:
             elif task.state is TaskState.SUSPENDING:
                 state.send(
                     node_id,
-                    SuspendCommand(ref, state.settings.suspend_grace_s, job.message or "suspend"),
+                    SuspendCommand(
+                        ref, lifecycle.suspend_grace_s(state, job), job.message or "suspend"
+                    ),
                 )

@@ -113,8 +113,13 @@ def suspend(state: ControllerState, job: Job, reason: str) -> None:
     state.sr_timings[job.id] = SrTiming(ordered_at=state.clock.now())
     _set_state(state, job, JobState.SUSPENDING, reason)
     for task in tasks:
-        state.send(task.node_id, SuspendCommand(ref(task), state.settings.suspend_grace_s, reason))
+        state.send(task.node_id, SuspendCommand(ref(task), suspend_grace_s(state, job), reason))
     settle(state, job)
+
+
+def suspend_grace_s(state: ControllerState, job: Job) -> float:
+    """How long a suspension of ``job`` waits for its checkpoint: the spec's, else the default."""
+    return job.spec.suspend_grace_s or state.settings.suspend_grace_s
 
 
 def cancel(state: ControllerState, job: Job, reason: str) -> None:

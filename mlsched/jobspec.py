@@ -21,6 +21,8 @@ Example::
     ps: {workers: {min: 1, max: 2}, servers: {min: 1, max: 2}, worker: {gpus: 1}, server: {cpus: 1}}
                                   # optional: a parameter-server job (mlsched.spec_ps)
     launcher: torchrun            # optional: the command runs torchrun (mlsched.spec_launcher)
+    suspend_grace: 2m             # optional: a suspension's wait for the checkpoint (default:
+                                  # the controller's --suspend-grace), then SIGTERM, then SIGKILL
 
 MLFS choices (§3.1, §3.5): urgency is a number in [1, 10], the range §4.1 draws from (the paper
 allows [0, m], but an urgency of 0 zeroes Eq. 2's ML priority). ``partitions`` has one entry per
@@ -61,6 +63,7 @@ from mlsched.spec_section import open_section
 
 MAX_GPUS = 1024
 MAX_ITERATIONS = 10**12
+MAX_SUSPEND_GRACE_S = 3600.0  # a suspension may wait this long for a checkpoint, no longer
 STRICT_SLO_DEFAULT_REWARD = 100.0  # UniSched §III-C2: a strict SLO job met on time earns 100
 _TOP_FIELDS = {
     "name",
@@ -78,6 +81,7 @@ _TOP_FIELDS = {
     "elastic",
     "ps",
     "launcher",
+    "suspend_grace",
 }
 _MLFS_FIELDS = (
     "urgency",
@@ -152,6 +156,7 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
     ps = parse_ps(data.get("ps"), problems)  # issue 16: a parameter-server job
     problems += job_problems(ps, fine, per_process or 0, "elastic" in data)
     problems += launcher_problems(launcher, data)
+    suspend_grace_s = _grace(data.get("suspend_grace"), problems)
     if problems:
         raise SpecError(problems)
     assert stopping is not None and job_class is not None
@@ -171,6 +176,7 @@ def parse_spec(data: Any, base_dir: Path | None = None) -> JobSpec:
         elastic=elastic,
         ps=ps,
         launcher=launcher,
+        suspend_grace_s=suspend_grace_s,
     )
 
 
@@ -200,6 +206,8 @@ def validate_spec(spec: JobSpec) -> None:
         document["ps"] = ps_to_dict(spec.ps)
     if spec.launcher is not Launcher.AGENT:
         document["launcher"] = spec.launcher.value
+    if spec.suspend_grace_s:
+        document["suspend_grace"] = spec.suspend_grace_s
     parse_spec(document)
 
 
@@ -335,6 +343,21 @@ def _int_field(
         problems.append(f"{key}: must be between {low} and {high}, got {value}")
         return default
     return value
+
+
+def _grace(value: Any, problems: list[str]) -> float:
+    """``suspend_grace``: seconds or a duration, at most MAX_SUSPEND_GRACE_S; 0 when absent."""
+    if value is None:
+        return 0.0
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        problems.append(f"suspend_grace: {exc}")
+        return 0.0
+    if seconds > MAX_SUSPEND_GRACE_S:
+        problems.append(f"suspend_grace: at most {MAX_SUSPEND_GRACE_S:g} s, got {seconds:g} s")
+        return 0.0
+    return seconds
 
 
 def _job_class(value: Any, problems: list[str]) -> JobClass | None:

@@ -211,6 +211,7 @@ class JobSpec:
     elastic: ElasticSpec = ElasticSpec()
     ps: PsSpec = PsSpec()
     launcher: Launcher = Launcher.AGENT
+    suspend_grace_s: float = 0.0  # 0: the controller's --suspend-grace
 
     @property
     def num_tasks(self) -> int:

@@ -216,6 +216,7 @@ def spec_to_proto(spec: JobSpec) -> pb.JobSpec:
         elastic=elastic,
         ps=ps_to_proto(spec.ps) if spec.ps.enabled else None,
         launcher=_LAUNCHER[spec.launcher],
+        suspend_grace_s=spec.suspend_grace_s,
     )
 
 
@@ -241,6 +242,7 @@ def spec_from_proto(msg: pb.JobSpec) -> JobSpec:
         elastic=elastic_from_proto(msg.elastic) if msg.HasField("elastic") else ElasticSpec(),
         ps=ps_from_proto(msg.ps) if msg.HasField("ps") else PsSpec(),
         launcher=launcher_from_proto(msg.launcher),
+        suspend_grace_s=msg.suspend_grace_s,
     )
 
 

@@ -71,6 +71,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "elastic": elastic_to_dict(spec.elastic),
         "ps": ps_to_dict(spec.ps) if spec.ps.enabled else None,
         "launcher": spec.launcher.value,
+        "suspend_grace_s": spec.suspend_grace_s,
     }
 
 
@@ -91,6 +92,7 @@ def spec_from_dict(d: dict[str, Any]) -> JobSpec:
         elastic=_elastic_from_dict(d.get("elastic")),  # absent in rows written before issue 14
         ps=_ps_from_dict(d.get("ps")),  # absent in rows written before issue 16
         launcher=Launcher(d.get("launcher", Launcher.AGENT.value)),  # absent before issue 18
+        suspend_grace_s=d.get("suspend_grace_s", 0.0),
     )
 
 

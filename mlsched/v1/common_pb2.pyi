@@ -135,7 +135,7 @@ class StoppingCriterion(_message.Message):
     def __init__(self, iterations: _Optional[_Union[IterationCriterion, _Mapping]] = ..., target_metric: _Optional[_Union[TargetMetricCriterion, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size", "mlfs", "elastic", "ps", "launcher")
+    __slots__ = ("name", "command", "working_dir", "env", "gpus", "gpus_per_process", "job_class", "deadlines", "stopping", "max_retries", "batch_size", "mlfs", "elastic", "ps", "launcher", "suspend_grace_s")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +158,7 @@ class JobSpec(_message.Message):
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
     PS_FIELD_NUMBER: _ClassVar[int]
     LAUNCHER_FIELD_NUMBER: _ClassVar[int]
+    SUSPEND_GRACE_S_FIELD_NUMBER: _ClassVar[int]
     name: str
     command: _containers.RepeatedScalarFieldContainer[str]
     working_dir: str
@@ -173,7 +174,8 @@ class JobSpec(_message.Message):
     elastic: ElasticSpec
     ps: PsSpec
     launcher: Launcher
-    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ..., mlfs: _Optional[_Union[MlfsSpec, _Mapping]] = ..., elastic: _Optional[_Union[ElasticSpec, _Mapping]] = ..., ps: _Optional[_Union[PsSpec, _Mapping]] = ..., launcher: _Optional[_Union[Launcher, str]] = ...) -> None: ...
+    suspend_grace_s: float
+    def __init__(self, name: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., working_dir: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., gpus: _Optional[int] = ..., gpus_per_process: _Optional[int] = ..., job_class: _Optional[_Union[JobClass, str]] = ..., deadlines: _Optional[_Iterable[_Union[Deadline, _Mapping]]] = ..., stopping: _Optional[_Union[StoppingCriterion, _Mapping]] = ..., max_retries: _Optional[int] = ..., batch_size: _Optional[int] = ..., mlfs: _Optional[_Union[MlfsSpec, _Mapping]] = ..., elastic: _Optional[_Union[ElasticSpec, _Mapping]] = ..., ps: _Optional[_Union[PsSpec, _Mapping]] = ..., launcher: _Optional[_Union[Launcher, str]] = ..., suspend_grace_s: _Optional[float] = ...) -> None: ...
 
 class RoleResources(_message.Message):
     __slots__ = ("gpus", "cpus", "memory_gb")

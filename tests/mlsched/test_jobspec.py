@@ -230,7 +230,8 @@ def test_unknown_fields_are_listed_with_the_valid_ones():
     problem = only_problem(doc(gpu=2, Stop=1))
     assert problem == (
         "unknown field(s): Stop, gpu; valid: batch_size, class, command, deadlines, elastic, env, "
-        "gpus, gpus_per_process, launcher, max_retries, mlfs, name, ps, stop, working_dir"
+        "gpus, gpus_per_process, launcher, max_retries, mlfs, name, ps, stop, suspend_grace, "
+        "working_dir"
     )
 
 
@@ -518,7 +519,8 @@ def test_spec_error_lists_all_problems_in_field_order():
         parse_spec(data)
     expected = [
         "unknown field(s): nme; valid: batch_size, class, command, deadlines, elastic, env, "
-        "gpus, gpus_per_process, launcher, max_retries, mlfs, name, ps, stop, working_dir",
+        "gpus, gpus_per_process, launcher, max_retries, mlfs, name, ps, stop, suspend_grace, "
+        "working_dir",
         "name: required",
         "command: must not be empty",
         "gpus: must be between 1 and 1024, got 0",

@@ -56,3 +56,20 @@ def test_the_launcher_crosses_the_wire_and_old_senders_mean_the_agent():
     message.launcher = 7
     with pytest.raises(serde.WireError, match="launcher: unknown value 7"):
         serde.spec_from_proto(message)
+
+
+def test_suspend_grace_takes_seconds_or_a_duration_and_crosses_the_wire():
+    assert parse_spec(doc()).suspend_grace_s == 0.0  # the controller's default
+    assert parse_spec(doc(suspend_grace=90)).suspend_grace_s == 90.0
+    spec = parse_spec(doc(suspend_grace="2m"))
+    assert spec.suspend_grace_s == 120.0
+    assert serde.spec_from_proto(serde.spec_to_proto(spec)) == spec
+    validate_spec(spec)
+    with pytest.raises(SpecError) as info:
+        parse_spec(doc(suspend_grace="2h"))
+    assert info.value.problems == ["suspend_grace: at most 3600 s, got 7200 s"]
+    with pytest.raises(SpecError) as info:
+        parse_spec(doc(suspend_grace="soon"))
+    assert info.value.problems == [
+        "suspend_grace: expected seconds or a duration like 30m, got 'soon'"
+    ]

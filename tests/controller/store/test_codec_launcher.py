@@ -18,3 +18,11 @@ def test_the_launcher_round_trips_and_old_rows_mean_the_agent():
     assert spec_from_dict(stored) == torchrun
     del stored["launcher"]  # a row written before issue 18
     assert spec_from_dict(stored) == spec
+
+
+def test_the_suspend_grace_round_trips_and_old_rows_have_none():
+    spec = JobSpec("t", ("python", "train.py"), 1, IterationStop(9), suspend_grace_s=120.0)
+    stored = spec_to_dict(spec)
+    assert spec_from_dict(stored) == spec
+    del stored["suspend_grace_s"]
+    assert spec_from_dict(stored).suspend_grace_s == 0.0
