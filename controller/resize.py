@@ -323,6 +323,9 @@ def resume_ready(state: ControllerState, book: ResizeBook) -> None:
     """Launch every job suspended for a resize whose target is free; drop those that cannot
     be resumed (ended, launched elsewhere, target gone)."""
     for pending in list(book.pending.values()):
+        if pending.mechanism == InPlaceRegroup.name:
+            _regroup_overdue(state, book, pending)
+            continue
         if pending.relaunched or pending.mechanism != "suspend/resume":
             continue
         job = state.job(pending.job_id)
@@ -342,6 +345,20 @@ def resume_ready(state: ControllerState, book: ResizeBook) -> None:
             continue
         launch(state, book, job, pending.placement, pending.lease_s)
         pending.relaunched = True
+
+
+def _regroup_overdue(state: ControllerState, book: ResizeBook, pending: PendingResize) -> None:
+    """An in-place regroup not done a lease after its order, whether or not rank 0 still
+    reports (a rank that hangs in the switch reports nothing): abandoned, and the job is
+    suspended so that checkpoint-restart carries the change out."""
+    elapsed = state.clock.now() - pending.ordered_at
+    if elapsed <= pending.lease_s:
+        return
+    why = f"regroup {pending.generation} not done after {elapsed:.0f} s"
+    _abandon(state, book, pending, f"{why}; the job is suspended")
+    job = state.job(pending.job_id)
+    if job is not None and job.state.active and job.attempt == pending.attempt:
+        lifecycle.suspend(state, job, f"in-place {why}")
 
 
 def note_progress(

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from controller import dispatch
 from controller.commands import KillCommand, LaunchCommand, RegroupCommand, SuspendCommand
+from controller.policy.base import Decision, Renew
 from controller.resize_inplace import plan_problem
 from mlsched.model import BatchRule, JobState, Progress, TaskState
 
-from .test_resize_live import elastic_job, messages, resize, start, tp
+from .test_resize_live import StubPolicy, elastic_job, messages, resize, start, tp
 
 
 def regroup_progress(c, job, generation: int, batch: int = 64, iteration: int = 10) -> None:
@@ -120,6 +121,30 @@ def test_a_regroup_never_reported_is_abandoned_and_the_next_resize_suspends(clus
     resize(c, job, tp(0, "n1", 0), tp(1, "n1", 1))
     assert c.sink.of(RegroupCommand) == []
     assert c.job(job.id).state is JobState.SUSPENDING
+
+
+def test_a_regroup_with_no_report_at_all_is_abandoned_and_the_job_suspended(cluster):
+    c = cluster
+    c.add_node("n1", 2)
+    job = elastic_job(c, 1, BatchRule.FIXED_GLOBAL)
+    start_following(c, job, tp(0, "n1", 0))
+    resize(c, job, tp(0, "n1", 0), tp(1, "n1", 1))
+    c.report(job.id, 1, TaskState.RUNNING)
+    c.clock.advance(9.0)
+    c.scheduler.policy = StubPolicy(Decision(renew=(Renew(job.id, 10.0),)))  # as ONES does
+    c.cycle()
+    assert messages(c, job, "resize_abandoned") == []
+    c.sink.clear()
+    c.clock.advance(1.5)  # past the order's lease; rank 0 hangs in the switch: no report
+    c.cycle()
+    assert messages(c, job, "resize_abandoned") == [
+        "in-place regroup: regroup 1 not done after 10 s; the job is suspended"
+    ]
+    assert c.job(job.id).state is JobState.SUSPENDING
+    assert sorted(type(cmd).__name__ + str(cmd.task.rank) for _, cmd in c.sink.sent) == [
+        "KillCommand1",
+        "SuspendCommand0",
+    ]
 
 
 def test_a_script_that_does_not_follow_regroups_is_resized_by_checkpoint_restart(cluster):
