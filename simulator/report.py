@@ -118,9 +118,9 @@ ROWS: list[tuple[str, tuple[str, ...], Format]] = [
 
 
 # Which way each metric is better (by its top-level key); counts that are no score have none.
+# R^slo is UniSched's weighted deadline miss rate (Eq. 15): lower is better.
 HIGHER_IS_BETTER = frozenset(
     {
-        "r_slo",
         "gpu_utilization",
         "jobs_completed",
         "accuracy_by_deadline",

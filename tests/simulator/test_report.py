@@ -90,7 +90,7 @@ def test_table_values_and_units(results):
     width = max(len(label) for label, _, _ in ROWS)
     rows = {line[:width].strip(): line[width:].split() for line in table.splitlines()[2:]}
     # j0 (strict, deadline 100 s) finishes at 90 under fifo and at 50 under unisched.
-    assert rows["R^slo (%)"] == ["0.00", "0.00", "higher"]
+    assert rows["R^slo (%)"] == ["0.00", "0.00", "lower"]  # a weighted miss rate (Eq. 15)
     # fifo JCT all: [90, 290] -> avg 190 s = 3.2 min; unisched: [50, 190, 380] -> 206.67 s
     assert rows["JCT avg all (min)"] == ["3.2", "3.4", "lower"]
     # no soft jobs: a dash in each column
