@@ -159,8 +159,11 @@ def json_lines(text: str) -> list[dict]:
 # Passed once (81 s); in a second run the shrink, 8 steps after the grow, switched rank 0 to
 # world size 1 and then hung: dropping the old DDP wrapper ran ~ProcessGroupGloo, which waits
 # forever to join a gloo worker thread (gdb backtrace in docs/ones.md). Until the shim or the
-# example retires the old group without that wait, the test may hang and is not required.
-@pytest.mark.xfail(reason="rank 0 can hang freeing the old gloo group after a shrink", strict=False)
+# example retires the old group without that wait, the test may hang (up to its 900 s limit,
+# most of the suite's time budget), so it is skipped, not run as an expected failure that could
+# never fail. The in-place grow and shrink without a controller is tested by
+# tests/nodeagent/test_nodeagent_regroup_live.py. Issue 15 stays open on this.
+@pytest.mark.skip(reason="known hang: rank 0 can block freeing the old gloo group after a shrink")
 @pytest.mark.timeout(900)
 def test_ones_grows_and_shrinks_a_job_in_place_without_restarting_rank_0(
     make_cluster, example_spec, wait_job
