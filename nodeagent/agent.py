@@ -43,6 +43,7 @@ from nodeagent.overload import (
 from nodeagent.priorities import TaskPriorities
 from nodeagent.selffence import SelfFence, ShimFence, self_fence_margin_s, shim_fence
 from nodeagent.tasks import NodeShape, TaskManager
+from nodeagent.taskuser import TaskUserError
 from nodeagent.trainer_service import TrainerServer
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,11 @@ class NodeAgent:
         paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         paths.tasks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         paths.logs_dir.mkdir(parents=True, exist_ok=True)
+        task_users = cfg.task_users()
+        try:
+            task_users.check_privileges()
+        except TaskUserError as exc:
+            raise ConfigError(str(exc)) from None
         self._lock_state_dir()
         try:
             self._gpus = self._gpus_override or detect_gpus(cfg.gpus)
@@ -142,6 +148,7 @@ class NodeAgent:
                 clock=self._clock,
                 save_extension_s=cfg.suspend_save_extension_s,
                 shim_fence=self._shim_fence,
+                task_users=task_users if task_users.isolating else None,
             )
             adopted = self._tasks.adopt_existing()
             if adopted:
