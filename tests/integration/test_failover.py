@@ -150,7 +150,7 @@ def ha(postgres, tmp_path) -> Iterator[HaCluster]:
             cluster.stop()
 
 
-def wait_event(client: Client, after: int, predicate, timeout_s: float = 120.0) -> Event:
+def wait_event(client: Client, after: int, predicate, timeout_s: float = 300.0) -> Event:
     for event in client.events(after_seq=after, follow=True, timeout_s=timeout_s):
         if predicate(event):
             return event
@@ -177,6 +177,7 @@ def training_pids(checkpoints: Path) -> list[int]:
     return pids
 
 
+@pytest.mark.timeout(900)  # deadlines below are for a loaded machine, not delays
 def test_the_standby_takes_over_from_a_killed_leader_and_the_job_trains_on(ha):
     ha.start_controller("a", "listening")
     ha.share_ca("a", "b")

@@ -60,11 +60,13 @@ def test_group_check_is_silent_alone_or_in_a_group(world_size, active):
 
 def test_the_shim_logs_the_warning_for_two_processes_without_a_group(caplog):
     environ = {"RANK": "0", "WORLD_SIZE": "2"}
-    with caplog.at_level(logging.WARNING, "trainer_shim"):
-        with trainer_shim.init(environ=environ, handle_sigterm=False) as job:
-            for step in (1, 2):
-                job.report(step)
-            assert not caplog.records
-            job.report(3)
+    with (
+        caplog.at_level(logging.WARNING, "trainer_shim"),
+        trainer_shim.init(environ=environ, handle_sigterm=False) as job,
+    ):
+        for step in (1, 2):
+            job.report(step)
+        assert not caplog.records
+        job.report(3)
     [record] = caplog.records
     assert "none has joined a torch.distributed process group" in record.getMessage()
