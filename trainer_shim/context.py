@@ -530,7 +530,7 @@ class JobContext:
         equals `iteration_time`. Schedulers use both to predict the speed on other GPU counts.
         """
         self._step = int(step)
-        if (warning := self._group_check.observe(distributed.is_active())) is not None:
+        if (warning := self._group_check.observe(distributed.is_active)) is not None:
             log.warning("%s", warning)
         if loss is not None:
             self._loss = float(loss)

@@ -11,6 +11,7 @@ collectives behind ``should_suspend()``, which make every rank stop at the same 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from trainer_shim.env import TaskEnv
@@ -39,10 +40,14 @@ class GroupCheck:
     after: int = REPORTS_BEFORE_WARNING
     reports: int = 0
 
-    def observe(self, group_active: bool) -> str | None:
-        """Count one report; the warning text once, at the ``after``-th, when it applies."""
+    def observe(self, group_active: Callable[[], bool]) -> str | None:
+        """Count one report; the warning text once, at the ``after``-th, when it applies.
+
+        ``group_active`` is asked only then: called on every step it hung the in-place regroup
+        test (tests/trainer_shim/test_shim_regroup.py), which rebuilds the group mid-run.
+        """
         self.reports += 1
-        if self.reports != self.after or self.world_size <= 1 or group_active:
+        if self.reports != self.after or self.world_size <= 1 or group_active():
             return None
         return (
             f"this job runs {self.world_size} processes (WORLD_SIZE={self.world_size}) but "

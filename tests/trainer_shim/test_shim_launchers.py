@@ -47,7 +47,14 @@ def test_a_torchrun_child_of_local_rank_one_opens_no_session_and_writes_no_exit_
 
 def test_group_check_warns_once_at_the_third_report_without_a_group():
     check = GroupCheck(world_size=2)
-    answers = [check.observe(False) for _ in range(5)]
+    asked: list[int] = []
+
+    def no_group() -> bool:
+        asked.append(check.reports)
+        return False
+
+    answers = [check.observe(no_group) for _ in range(5)]
+    assert asked == [3]  # the group is looked at once, at the third report
     assert answers[:2] == [None, None] and answers[3:] == [None, None]
     assert answers[2] is not None and "WORLD_SIZE=2" in answers[2]
 
@@ -55,7 +62,7 @@ def test_group_check_warns_once_at_the_third_report_without_a_group():
 @pytest.mark.parametrize(("world_size", "active"), [(1, False), (2, True)])
 def test_group_check_is_silent_alone_or_in_a_group(world_size, active):
     check = GroupCheck(world_size=world_size)
-    assert [check.observe(active) for _ in range(4)] == [None] * 4
+    assert [check.observe(lambda: active) for _ in range(4)] == [None] * 4
 
 
 def test_the_shim_logs_the_warning_for_two_processes_without_a_group(caplog):
