@@ -113,6 +113,9 @@ class HaCluster:
             *("--node-id", node_id, "--state-dir", str(state_dir)),
             *("--checkpoint-root", str(self.checkpoints), "--gpus", "1"),
             *("--metrics-interval", "0.5", "--suspend-grace", "15", "--load-scope", "tasks"),
+            # One user's test cluster, as LocalCluster runs it: under job-user isolation a root
+            # agent's tasks cannot execute an interpreter under /root (mode 0700).
+            *("--run-tasks-as", "agent"),
         ]
         with open(self.root / f"{node_id}.log", "ab") as log:
             self.agent = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -157,6 +160,14 @@ def wait_event(client: Client, after: int, predicate, timeout_s: float = 300.0) 
     raise AssertionError("the event feed ended")
 
 
+def _started(event: Event, job_id: str) -> bool:
+    """True once ``job_id`` runs; a launch that fails ends the wait with the reason."""
+    if event.job_id != job_id:
+        return False
+    assert "-> FAILED" not in event.message, event.message
+    return "-> RUNNING" in event.message
+
+
 def progress(client: Client, job_id: str, beyond: int, timeout_s: float = 120.0) -> None:
     """Wait until the job reports an iteration past ``beyond`` (progress makes no event: the
     job is read every PROGRESS_POLL_S)."""
@@ -187,7 +198,7 @@ def test_the_standby_takes_over_from_a_killed_leader_and_the_job_trains_on(ha):
         wait_event(client, 0, lambda e: e.kind == "node_registered")
         spec = _example_spec("long", stopping=IterationStop(10_000_000))
         job = client.submit(spec)
-        started = wait_event(client, 0, lambda e: e.job_id == job.id and "-> RUNNING" in e.message)
+        started = wait_event(client, 0, lambda e: _started(e, job.id))
         progress(client, job.id, 0)
         (pid,) = training_pids(ha.checkpoints)
         # One event feed open across the failover: it goes on at b from the last event.
