@@ -32,13 +32,14 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
         timing: ClusterTiming = FAST,
         nodes: dict[str, int] | None = None,
         policy: str = "fifo-lease",
+        agent_flags: list[str] | None = None,
     ) -> LocalCluster:
         cluster = LocalCluster(tmp_path / f"cluster{len(clusters)}", timing, policy)
         clusters.append(cluster)
         cluster.start_controller()
         nodes = {"node-a": 1, "node-b": 1} if nodes is None else nodes
         for node_id, gpus in nodes.items():
-            cluster.start_agent(node_id, gpus=gpus)
+            cluster.start_agent(node_id, gpus=gpus, extra=agent_flags)
         if nodes:
             cluster.wait_for_nodes(set(nodes))
         return cluster
