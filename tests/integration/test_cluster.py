@@ -145,8 +145,18 @@ def test_dead_node_tasks_resume_from_checkpoint_elsewhere(
     make_cluster, example_spec, wait_job, ended
 ):
     """The job's budget is out of reach, so it is still training when its node dies however
-    fast the machine; it is cancelled once it has checkpointed past its restored step."""
-    cluster = make_cluster()
+    fast the machine; it is cancelled once it has checkpointed past its restored step.
+    The controller reuses the dead node's GPUs only past the agent's self-fencing margin
+    (twice the suspend grace plus the save extension, about 70 s with FAST's): a short grace
+    and no extension keep the wait to about 15 s; the rule is the same."""
+    timing = ClusterTiming(
+        lease_s=600.0,
+        cycle_s=0.3,
+        heartbeat_interval_s=0.5,
+        heartbeat_timeout_s=4.0,
+        suspend_grace_s=5.0,
+    )
+    cluster = make_cluster(timing, agent_flags=["--suspend-save-extension", "0"])
     with cluster.client("alice") as client:
         job = client.submit(example_spec("survivor", stopping=FOREVER))
         running = wait_job(
