@@ -16,3 +16,23 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     ``taskset -c 0``, where xdist's own count would see the whole machine), at most
     MAX_WORKERS."""
     return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+
+
+# Directories whose tests start real processes and run for tens of seconds per file: collected
+# first, so that xdist (``--dist loadfile`` hands out files in collection order) starts the long
+# files while the short unit-test files fill the end of the run instead of one long file.
+LIVE_FIRST = ("integration", "faults", "trainer_shim", "nodeagent")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Live-test directories first (LIVE_FIRST order), then the rest; each group keeps its
+    collection order."""
+
+    def rank(item: pytest.Item) -> int:
+        parts = item.path.parts
+        for index, name in enumerate(LIVE_FIRST):
+            if name in parts:
+                return index
+        return len(LIVE_FIRST)
+
+    items.sort(key=rank)
