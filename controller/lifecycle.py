@@ -43,6 +43,7 @@ def launch(
     resume = job.attempt > 0
     job.attempt += 1
     job.migration_requested_at = None  # a new attempt: whatever was asked of the old is moot
+    job.overload_retreat = None  # it runs again: the nodes it left are no longer kept from it
     nodes_in_order = list(dict.fromkeys(p.node_id for p in placement))
     for node_id in nodes_in_order:
         if node_id not in job.node_history:

@@ -30,7 +30,9 @@ from controller.policy.base import (
     Policy,
     Stop,
 )
+from controller.policy.retreat import RETREAT_REASONS
 from controller.priority_sender import PrioritySender
+from controller.retreats import record_retreat
 from controller.snapshot import build_snapshot
 from controller.state import LIVE_TASK_STATES, ControllerState
 from controller.stops import StopOrders
@@ -195,6 +197,8 @@ class Scheduler:
         for item in decision.suspend:
             job = state.job(item.job_id)
             if job is not None and job.state.active:
+                if item.reason in RETREAT_REASONS:  # remember where it left (retreats.py)
+                    record_retreat(state, job)
                 lifecycle.suspend(state, job, item.reason)
                 handled.add(job.id)
         for item in decision.migrate:

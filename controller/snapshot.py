@@ -85,6 +85,7 @@ def job_view(state: ControllerState, job: Job) -> JobView:
         losses=tuple(job.losses),
         migration_requested=job.migration_requested_at is not None and job.state.active,
         resource_usage=resource_usage(state, tasks),
+        overload_retreat=job.overload_retreat if job.state.queued else None,
     )
 
 

@@ -6,6 +6,7 @@ Plain dataclasses and enums: protobuf types never leave the edges (see ``mlsched
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -312,6 +313,20 @@ class Job:
     migration_target: MigrationTarget | None = None
     # Why a user asked the job to finish now (``mlsched stop``); sticky until it ends.
     stop_requested: str = ""
+    # Sent back to the queue from overloaded servers with no other host (MLFS §3.3.2-3):
+    # kept off the nodes it left while they cannot take it (controller/policy/retreat.py).
+    overload_retreat: OverloadRetreat | None = None
+
+
+@dataclass(frozen=True)
+class OverloadRetreat:
+    """A job an overload request sent back to the queue because no other server could take it
+    (MLFS §3.3.3): the nodes it left, its measured load per task on each (node -> resource
+    type -> share of that node's capacity; a node missing or empty: not measured), and when."""
+
+    nodes: tuple[str, ...]
+    demand: Mapping[str, Mapping[str, float]]
+    at: float
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.placement import TaskPlacement
-from mlsched.model import JobClass, JobEstimate, JobSpec, JobState, SpeedSample
+from mlsched.model import (
+    JobClass,
+    JobEstimate,
+    JobSpec,
+    JobState,
+    OverloadRetreat,
+    SpeedSample,
+)
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,9 @@ class JobView:
     losses: tuple[float, ...] = ()
     migration_requested: bool = False
     resource_usage: Mapping[str, float] = field(default_factory=dict)
+    # A queued job an overload request sent back with no other host: the nodes it left, its
+    # load there, when (None: not such a job; :mod:`controller.policy.retreat`).
+    overload_retreat: OverloadRetreat | None = None
     # What only a simulator knows (None live): for policies that declare ``needs_job_truth``
     # (the ``oracle`` bound of UniSched, issue 9).
     truth: JobTruth | None = None

@@ -24,6 +24,8 @@ such requests in their own cycle. Every other policy gets them answered here, by
    the queue (:class:`Suspend`), as §3.3.3 moves unassigned migration tasks back. The moved
    job's renewal, if any, is dropped: its lease is given with the migration (the renewal's
    length, else what is left of its lease, else the policy's lease).
+5. A job sent back so is not resumed on a node it left while that node cannot take it
+   (:mod:`controller.policy.retreat`: §3.3.2's ``h_r`` with the job's measured load).
 
 Pure: snapshot and decision in, decision out; no state, time from ``snapshot.now``. The
 Euclidean choices need no priorities here: the agent chose the task, and host choice does not
@@ -49,8 +51,7 @@ from controller.policy.mlfs.moves import (
     unload_movers,
 )
 from controller.policy.ranks import with_queue_priorities
-
-NO_HOST = "overloaded server; no host to move to"
+from controller.policy.retreat import HOLD_S, NO_HOST, keep_off
 
 
 @dataclass(frozen=True)
@@ -139,18 +140,26 @@ def answer_requests(
 
 class AnswersOverloadRequests:
     """Mixin for a policy class that does not act on migration requests: its decisions get
-    them answered by :func:`answer_requests` (``class P(AnswersOverloadRequests, Base)``) and,
-    unless the policy gives its own, the policy-neutral priorities for the node agents
-    (:func:`~controller.policy.ranks.with_queue_priorities`).
-    ``overload_rules`` may be overridden per class or instance."""
+    them answered by :func:`answer_requests` (``class P(AnswersOverloadRequests, Base)``), a
+    job such an answer sent back to the queue is kept off the nodes it left while they cannot
+    take it (:func:`~controller.policy.retreat.keep_off`, for ``retreat_hold_s`` where nothing
+    was measured) and, unless the policy gives its own, the policy-neutral priorities for the
+    node agents (:func:`~controller.policy.ranks.with_queue_priorities`).
+    ``overload_rules`` and ``retreat_hold_s`` may be overridden per class or instance."""
 
     overload_rules: OverloadRules = OverloadRules()
+    retreat_hold_s: float = HOLD_S
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
-        decision: Decision = super().decide(snapshot)  # type: ignore[misc]
+        inner = super().decide  # type: ignore[misc]
         lease: Any = getattr(self, "lease_s", None)
-        answered = answer_requests(snapshot, decision, self.overload_rules, lease)
-        return with_queue_priorities(snapshot, answered)  # the agents' order (ranks.py)
+        rules = self.overload_rules
+
+        def answered(view: ClusterSnapshot) -> Decision:
+            return answer_requests(view, inner(view), rules, lease)
+
+        decision = keep_off(answered, snapshot, rules.config.h_r, self.retreat_hold_s)
+        return with_queue_priorities(snapshot, decision)  # the agents' order (ranks.py)
 
 
 def _handled(snapshot: ClusterSnapshot, decision: Decision) -> set[str]:

@@ -23,6 +23,7 @@ from mlsched.model import (
     MigrationTarget,
     MlfsSpec,
     Node,
+    OverloadRetreat,
     PsSpec,
     ResumeRecord,
     SpeedSample,
@@ -158,7 +159,20 @@ def job_from_json(text: str) -> Job:
     d["migration_requested_at"] = d.get("migration_requested_at")
     target = d.get("migration_target")
     d["migration_target"] = None if target is None else _migration_target_from_dict(target)
+    retreat = d.get("overload_retreat")
+    d["overload_retreat"] = None if retreat is None else _retreat_from_dict(retreat)
     return Job(**d)
+
+
+def _retreat_from_dict(d: dict[str, Any]) -> OverloadRetreat:
+    return OverloadRetreat(
+        nodes=tuple(str(n) for n in d["nodes"]),
+        demand={
+            str(node): {str(r): float(v) for r, v in shares.items()}
+            for node, shares in d["demand"].items()
+        },
+        at=float(d["at"]),
+    )
 
 
 def _migration_target_from_dict(d: dict[str, Any]) -> MigrationTarget:

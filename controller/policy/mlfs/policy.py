@@ -27,6 +27,9 @@ Each cycle, from the snapshot alone:
    other expired lease is renewed.
 5. **MLF-C** (§3.5), with ``load_control=True``: ``loadcontrol.load_control(snapshot, config)``
    gives the jobs to stop; they take no further part in the decision.
+6. **No ping-pong.** A job sent back to the queue in step 3 is not launched again on a node it
+   left while that node's utilisation plus its measured load exceeds ``h_r``
+   (:mod:`controller.policy.retreat`, the rule every policy shares).
 
 Measured vs. unknown load: a node without measurements counts busy GPUs / GPUs on each resource
 type and never counts as overloaded; a job never measured (``resource_usage`` empty) has no
@@ -85,6 +88,7 @@ from controller.policy.mlfs.moves import (
 )
 from controller.policy.mlfs.priority import TaskKey
 from controller.policy.ranks import for_agents
+from controller.policy.retreat import HOLD_S, NO_HOST, keep_off
 
 
 @dataclass
@@ -103,6 +107,7 @@ class MlfhPolicy:
     resources: tuple[str, ...] = DEFAULT_RESOURCES
     preempt_ratio: float = math.inf
     name: str = "mlf-h"
+    retreat_hold_s: float = HOLD_S  # controller.policy.retreat: where nothing was measured
     _book: PriorityBook | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -110,6 +115,11 @@ class MlfhPolicy:
             raise ValueError(f"preempt_ratio must be >= 1, got {self.preempt_ratio}")
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        """Steps 1-5 (module docstring), a job an overload request sent back kept off the
+        nodes it left while they cannot take it (:func:`~controller.policy.retreat.keep_off`)."""
+        return keep_off(self._decide, snapshot, self.config.h_r, self.retreat_hold_s)
+
+    def _decide(self, snapshot: ClusterSnapshot) -> Decision:
         lease = self.lease_s or snapshot.default_lease_s
         stops = self._stops(snapshot)
         stopped = {s.job_id for s in stops}
@@ -191,7 +201,7 @@ class MlfhPolicy:
                 mover = movers[view.id]
                 placement = place_mover(mover, pool, tasks, self.resources) if room else None
                 if placement is None:
-                    suspends.append(Suspend(view.id, "overloaded server; no host to move to"))
+                    suspends.append(Suspend(view.id, NO_HOST))
                 else:
                     reason = f"moved off overloaded {', '.join(sorted(mover.sources))}"
                     migrations.append(Migrate(view.id, placement, lease, reason))

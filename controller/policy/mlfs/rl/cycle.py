@@ -69,6 +69,7 @@ from controller.policy.mlfs.rl.features import (
     candidate_matrix,
     context_row,
 )
+from controller.policy.retreat import LEFT_QUEUED, NO_HOST
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def plan(
         if chosen.moving:
             placement = place_mover(movers[chosen.view.id], pool, totals, resources)
             if placement is None:
-                suspends.append(Suspend(chosen.view.id, "overloaded server; no host to move to"))
+                suspends.append(Suspend(chosen.view.id, NO_HOST))
             else:
                 reason = f"moved off overloaded {', '.join(sorted(chosen.sources))}"
                 migrations.append(Migrate(chosen.view.id, placement, lease, reason))
@@ -191,7 +192,7 @@ def plan(
                 launches.append(Launch(chosen.view.id, placement, lease))
     for index in remaining.tolist():
         if candidates[index].moving:
-            suspends.append(Suspend(candidates[index].view.id, "overloaded server; queued"))
+            suspends.append(Suspend(candidates[index].view.id, LEFT_QUEUED))
     expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
     return Decision(
         launch=tuple(launches),

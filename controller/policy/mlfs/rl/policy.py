@@ -4,7 +4,9 @@ The cycle is :func:`.cycle.plan`; the choices are the network's, deterministical
 step the candidate (or hold) with the largest logit, ties to the first (MLF-H's order, hold
 last). The network is loaded once, from ``model_path`` (default: the shipped
 ``default_model.pt``); a missing or damaged file raises :class:`.network.ModelError` when the
-policy is made. ``load_control=True`` adds MLF-C's stops (§3.5), which makes it MLFS.
+policy is made. ``load_control=True`` adds MLF-C's stops (§3.5), which makes it MLFS. A job an
+overload request sent back to the queue is kept off the nodes it left while they cannot take
+it (:func:`~controller.policy.retreat.keep_off`, as every policy).
 
 State: the network's weights, copied for NumPy inference (:class:`.network.FrozenPointer`)
 when the policy is made and fixed from then on, and :class:`.cycle.Memory`: per job of the
@@ -27,6 +29,7 @@ from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
 from controller.policy.mlfs.rl.cycle import Memory, Step, plan
 from controller.policy.mlfs.rl.network import FrozenPointer, PointerNet, load_model
 from controller.policy.ranks import Eq6Priorities
+from controller.policy.retreat import HOLD_S, keep_off
 
 
 @dataclass
@@ -41,6 +44,7 @@ class MlfRlPolicy:
     name: str = "mlf-rl"
     network: PointerNet | None = field(default=None, repr=False, compare=False)
     meta: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    retreat_hold_s: float = HOLD_S  # controller.policy.retreat: where nothing was measured
 
     def __post_init__(self) -> None:
         if self.network is None:
@@ -50,7 +54,14 @@ class MlfRlPolicy:
         self._agents = Eq6Priorities(self.config)  # Decision.priorities (ranks.py)
 
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
-        decision = plan(
+        decision = keep_off(self._plan, snapshot, self.config.h_r, self.retreat_hold_s)
+        if self._agents.config is not self.config:
+            self._agents = Eq6Priorities(self.config)
+        return self._agents.add_to(snapshot, decision)  # Eq. 6 for the agents (ranks.py)
+
+    def _plan(self, snapshot: ClusterSnapshot) -> Decision:
+        """One cycle (:func:`.cycle.plan`) with this policy as the chooser."""
+        return plan(
             snapshot,
             self,
             self.config,
@@ -59,9 +70,6 @@ class MlfRlPolicy:
             load_control=self.load_control,
             memory=self._memory,
         )
-        if self._agents.config is not self.config:
-            self._agents = Eq6Priorities(self.config)
-        return self._agents.add_to(snapshot, decision)  # Eq. 6 for the agents (ranks.py)
 
     def choose(self, step: Step) -> int:
         """The step's answer: argmax of the network's logits (hold is the last)."""
