@@ -12,7 +12,7 @@ from controller.commands import LaunchCommand
 from controller.placement import TaskPlacement
 from controller.policy import make_policy
 from controller.policy.base import ClusterSnapshot, JobView, Launch, NodeView
-from controller.policy.retreat import NO_HOST, keep_off
+from controller.policy.retreat import RETREAT_REASONS, keep_off
 from mlsched.model import (
     IterationStop,
     JobSpec,
@@ -41,7 +41,8 @@ def node_load(cpu: float, *tasks: TaskUsage) -> NodeLoad:
 
 def sent_back(c, policy: str, measured: bool = True):
     """One job running on node-a (2 GPUs), its agent asks to move it (cpu 0.98 > 0.9), the
-    policy finds no other host: Suspend(NO_HOST); the job checkpoints and is SUSPENDED."""
+    policy finds no other host and sends it back to the queue (MLF-RL: leaves it there); the
+    job checkpoints and is SUSPENDED."""
     c.scheduler.policy = make_policy(policy)
     c.add_node("node-a", 2)
     job = c.submit(gpus=1)
@@ -55,7 +56,7 @@ def sent_back(c, policy: str, measured: bool = True):
     assert c.events.migration_requested("node-a", asked)
     c.cycle()
     assert job.state is JobState.SUSPENDING
-    assert job.message.endswith(NO_HOST)
+    assert job.message.endswith(tuple(RETREAT_REASONS))
     c.report(job.id, 0, TaskState.SUSPENDED, checkpoint_step=40)
     assert job.state is JobState.SUSPENDED
     c.sink.clear()
@@ -66,7 +67,7 @@ def launches(c) -> list[tuple[str, str]]:
     return [(node, cmd.task.job_id) for node, cmd in c.sink.of(LaunchCommand)]
 
 
-@pytest.mark.parametrize("policy", ["fifo-lease", "mlf-h"])
+@pytest.mark.parametrize("policy", ["fifo-lease", "mlf-h", "mlfs"])
 def test_a_job_sent_back_for_overload_is_not_resumed_on_the_still_hot_node(cluster, policy):
     c = cluster
     job = sent_back(c, policy)
@@ -83,7 +84,7 @@ def test_a_job_sent_back_for_overload_is_not_resumed_on_the_still_hot_node(clust
     assert c.state.busy_gpus() == {}  # no GPU claimed for it
 
 
-@pytest.mark.parametrize("policy", ["fifo-lease", "mlf-h"])
+@pytest.mark.parametrize("policy", ["fifo-lease", "mlf-h", "mlfs"])
 def test_it_is_resumed_there_once_the_load_plus_its_demand_fits(cluster, policy):
     c = cluster
     job = sent_back(c, policy)
