@@ -5,6 +5,7 @@ state to every rank; trainer_shim/regroup.py)."""
 
 from __future__ import annotations
 
+import ctypes
 from datetime import timedelta
 
 import torch
@@ -126,6 +127,20 @@ def init_process_group(
 def destroy_process_group() -> None:
     """Leave the default process group if one exists."""
     if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def retire_process_group() -> None:
+    """Leave the default process group without ever freeing it, for an in-place regroup.
+
+    Freeing a gloo group joins its worker threads, and after a shrink one of them can wait
+    forever on the rank that left (gdb: ``~Reducer`` -> ``~ProcessGroupGloo`` ->
+    ``std::thread::join``, when the script drops its old DDP wrapper; docs/ones.md). One extra
+    reference, never released, keeps the old group alive for the life of the process: a few
+    idle threads and sockets per regroup instead of a hang."""
+    if dist.is_available() and dist.is_initialized():
+        group = dist.distributed_c10d._get_default_group()
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(group))
         dist.destroy_process_group()
 
 

@@ -348,7 +348,7 @@ class ElasticGroup:
         batch_size: int | None,
     ) -> Membership:
         old_world = self._world_size
-        distributed.destroy_process_group()
+        distributed.retire_process_group()  # freeing it can hang after a shrink
         self._generation = plan.generation
         new_batch = plan.batch_size or batch_size
         if self._rank >= plan.world_size:

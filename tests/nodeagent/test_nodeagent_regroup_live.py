@@ -42,10 +42,6 @@ def _event(tmp_path: Path, rank: int, kind: str, **match: Any) -> dict[str, Any]
     return wait_until(find, START_S)
 
 
-@pytest.mark.skip(
-    reason="known hang (issue 15): rank 0 can block in ~ProcessGroupGloo after a shrink; it timed"
-    " out at 300 s in the final CI run"
-)
 def test_an_agent_grows_and_shrinks_a_job_in_place(
     tmp_path: Path, controller: ControllerServer, make_agent: Callable[..., NodeAgent]
 ) -> None:

@@ -149,10 +149,6 @@ def _events(out: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-@pytest.mark.skip(
-    reason="known hang (issue 15): rank 0 can block in ~ProcessGroupGloo after a shrink; it timed"
-    " out at 300 s in the final CI run"
-)
 def test_two_real_processes_grow_and_shrink_in_place(tmp_path: Path) -> None:
     """Rank 0 trains alone, a second process joins (gloo) and receives rank 0's model and
     optimizer state, both train in lockstep, then the second leaves cleanly and rank 0 goes
