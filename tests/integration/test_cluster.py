@@ -6,6 +6,7 @@ import contextlib
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 
 import grpc
 import psutil
@@ -14,6 +15,7 @@ import pytest
 from mlsched.localcluster import ClusterTiming
 from mlsched.model import IterationStop, JobState, MetricGoal, TargetMetricStop
 from mlsched.v1 import agent_pb2, agent_pb2_grpc
+from tests.integration.conftest import FAST
 
 pytestmark = pytest.mark.integration
 
@@ -149,13 +151,7 @@ def test_dead_node_tasks_resume_from_checkpoint_elsewhere(
     The controller reuses the dead node's GPUs only past the agent's self-fencing margin
     (twice the suspend grace plus the save extension, about 70 s with FAST's): a short grace
     and no extension keep the wait to about 15 s; the rule is the same."""
-    timing = ClusterTiming(
-        lease_s=600.0,
-        cycle_s=0.3,
-        heartbeat_interval_s=0.5,
-        heartbeat_timeout_s=4.0,
-        suspend_grace_s=5.0,
-    )
+    timing = replace(FAST, suspend_grace_s=5.0)
     cluster = make_cluster(timing, agent_flags=["--suspend-save-extension", "0"])
     with cluster.client("alice") as client:
         job = client.submit(example_spec("survivor", stopping=FOREVER))
