@@ -226,6 +226,7 @@ class _Job:
             "sr_overhead_s": None,
             "losses": (),
             "migration_requested": False,
+            "overload_retreat": None,  # the simulator records no overload returns
             "resource_usage": _NO_METRICS,
             "truth": None,
         }
