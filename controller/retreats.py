@@ -7,6 +7,7 @@ tasks are still live)."""
 
 from __future__ import annotations
 
+from controller.snapshot import reported_demands
 from controller.state import ControllerState
 from mlsched.model import Job, OverloadRetreat
 
@@ -18,16 +19,12 @@ def record_retreat(state: ControllerState, job: Job) -> None:
     nodes = tuple(dict.fromkeys(t.node_id for t in tasks))
     demand: dict[str, dict[str, float]] = {}
     for node_id in nodes:
-        node = state.nodes.get(node_id)
-        if node is None or node.load is None:
-            continue
-        here = {(t.job_id, t.rank, t.attempt) for t in tasks if t.node_id == node_id}
-        reported = [r for r in node.load.tasks if (r.job_id, r.rank, r.attempt) in here]
+        reported = reported_demands(state, [t for t in tasks if t.node_id == node_id])
         if not reported:
             continue
         total: dict[str, float] = {}
-        for r in reported:
-            for resource, share in r.demand.items():
+        for shares in reported:
+            for resource, share in shares.items():
                 total[resource] = total.get(resource, 0.0) + share
         demand[node_id] = {res: share / len(reported) for res, share in total.items()}
     job.overload_retreat = OverloadRetreat(nodes=nodes, demand=demand, at=state.clock.now())

@@ -11,6 +11,8 @@ is set while a node agent's request to move the job is pending. GPUs reserved fo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from controller import lifecycle
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, JobView, NodeView
@@ -34,21 +36,27 @@ def mean_sr_overhead_s(job: Job) -> float | None:
     return sum(job.sr_overheads_s) / len(job.sr_overheads_s)
 
 
-def resource_usage(state: ControllerState, tasks: list[Task]) -> dict[str, float]:
-    """The summed demand the agents reported for these tasks (empty: none reported)."""
-    usage: dict[str, float] = {}
-    for task in tasks:
-        node = state.nodes.get(task.node_id)
+def reported_demands(state: ControllerState, tasks: list[Task]) -> list[Mapping[str, float]]:
+    """The demand per resource type each of these tasks' agents last reported for it, for the
+    tasks with a report."""
+    wanted = {(t.job_id, t.rank, t.attempt) for t in tasks}
+    demands: list[Mapping[str, float]] = []
+    for node_id in dict.fromkeys(t.node_id for t in tasks):
+        node = state.nodes.get(node_id)
         if node is None or node.load is None:
             continue
         for reported in node.load.tasks:
-            if (reported.job_id, reported.rank, reported.attempt) == (
-                task.job_id,
-                task.rank,
-                task.attempt,
-            ):
-                for resource, share in reported.demand.items():
-                    usage[resource] = usage.get(resource, 0.0) + share
+            if (reported.job_id, reported.rank, reported.attempt) in wanted:
+                demands.append(reported.demand)
+    return demands
+
+
+def resource_usage(state: ControllerState, tasks: list[Task]) -> dict[str, float]:
+    """The summed demand the agents reported for these tasks (empty: none reported)."""
+    usage: dict[str, float] = {}
+    for demand in reported_demands(state, tasks):
+        for resource, share in demand.items():
+            usage[resource] = usage.get(resource, 0.0) + share
     return usage
 
 
