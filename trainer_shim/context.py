@@ -259,7 +259,7 @@ class JobContext:
                 flush = self._flush_timeout if self._silence_fenced is None else 0.5
                 self._session.close(flush)
             if self._owns_process_group:
-                distributed.destroy_process_group()
+                distributed.destroy_process_group(drain=record.outcome != "failed")
         finally:
             if self._sigterm_installed:
                 previous = self._previous_sigterm
