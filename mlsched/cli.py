@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import importlib
 import json
 import os
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from mlsched import exitcodes, render
+from mlsched import exitcodes, extras, render
 from mlsched.completion import bash_script
 from mlsched.contexts import ContextError, config_path, load_contexts, select_context
 from mlsched.follow import follow_logs, wait_for_job
@@ -266,30 +267,91 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from controller.admin_cli import add_admin_command
-    from controller.cli import add_controller_command
+# The commands whose modules import a role's packages (mlsched/extras.py): name, module, the
+# function that adds its subparser, and its one-line help, repeated here so that `mlsched --help`
+# and the client commands list them without importing them (a test keeps the help equal).
+ROLE_COMMANDS: tuple[tuple[str, str, str, str], ...] = (
+    ("controller", "controller.cli", "add_controller_command", "run the controller (gRPC server)"),
+    (
+        "admin",
+        "controller.admin_cli",
+        "add_admin_command",
+        "issue user credentials and node join tokens",
+    ),
+    ("agent", "nodeagent.cli", "add_agent_command", "run the node agent on a GPU server"),
+    ("simulate", "simulator.cli", "add_simulate_command", "simulate policies over a job trace"),
+    (
+        "sweep",
+        "simulator.sweep",
+        "add_sweep_command",
+        "simulate a grid of (trace, cluster, density, policy) cells in parallel",
+    ),
+    (
+        "mlfs-train",
+        "simulator.rltrain",
+        "add_train_command",
+        "train an MLF-RL model in the simulator (MLFS §3.4)",
+    ),
+    (
+        "chic-train",
+        "simulator.chictrain",
+        "add_chic_train_command",
+        "train a Chic policy in the simulator (Chic §4.3, Algorithm 1)",
+    ),
+    (
+        "chic-simulate",
+        "simulator.chic_cli",
+        "add_chic_simulate_command",
+        "Chic's PS-job simulation: ACT of chic, chic-pair and optimus (Chic §6.2.1)",
+    ),
+)
+
+
+def _missing_extra(command: str, error: ModuleNotFoundError) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        raise extras.explain(command, error) or error
+
+    return run
+
+
+def _add_role_command(
+    sub: argparse._SubParsersAction, name: str, module: str, adder: str, text: str, load: bool
+) -> None:
+    """The real subparser where ``load`` (its module imported), else a stand-in with its help
+    line; also the stand-in where the module's packages are not installed, which then says
+    which extra to install when run."""
+    if load:
+        try:
+            add = getattr(importlib.import_module(module), adder)
+        except ModuleNotFoundError as exc:
+            if extras.explain(name, exc) is None:
+                raise
+            run = _missing_extra(name, exc)
+        else:
+            add(sub)
+            return
+    else:
+
+        def run(args: argparse.Namespace) -> int:
+            return main([name, *args.arguments])  # with its real parser, loaded this time
+
+    p = sub.add_parser(name, help=text, add_help=False, prefix_chars="\0")
+    p.add_argument("arguments", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    p.set_defaults(func=run)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``command``, the role commands other than that one are stand-ins
+    that import nothing (``mlsched --help`` and the client commands stay light)."""
     from mlsched import __version__
-    from nodeagent.cli import add_agent_command
-    from simulator.chic_cli import add_chic_simulate_command
-    from simulator.chictrain import add_chic_train_command
-    from simulator.cli import add_simulate_command
-    from simulator.rltrain import add_train_command
-    from simulator.sweep import add_sweep_command
 
     parser = argparse.ArgumentParser(
         prog="mlsched", description="Scheduler for deep-learning training jobs on GPU clusters."
     )
     parser.add_argument("--version", action="version", version=f"mlsched {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_controller_command(sub)
-    add_admin_command(sub)
-    add_agent_command(sub)
-    add_simulate_command(sub)
-    add_sweep_command(sub)
-    add_train_command(sub)
-    add_chic_train_command(sub)
-    add_chic_simulate_command(sub)
+    for name, module, adder, text in ROLE_COMMANDS:
+        _add_role_command(sub, name, module, adder, text, command is None or command == name)
 
     p = sub.add_parser(
         "submit",
@@ -398,11 +460,22 @@ def _split_quick_command(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; the exit code says which class of error stopped it (docs/cli.md)."""
     arguments, quick_command = _split_quick_command(list(sys.argv[1:] if argv is None else argv))
-    args = build_parser().parse_args(arguments)
-    if quick_command:
-        args.quick_command = quick_command
+    command = next((a for a in arguments if not a.startswith("-")), "")
     try:
+        args = build_parser(command).parse_args(arguments)
+        if quick_command:
+            args.quick_command = quick_command
+        extras.require(args.command)
         return int(args.func(args) or 0)
+    except extras.MissingExtra as exc:
+        print(f"mlsched: {exc}", file=sys.stderr)
+        return exitcodes.ERROR
+    except ModuleNotFoundError as exc:
+        explained = extras.explain(command, exc)
+        if explained is None:
+            raise
+        print(f"mlsched: {explained}", file=sys.stderr)
+        return exitcodes.ERROR
     except (SpecError, ContextError) as exc:
         print(f"mlsched: {exc}", file=sys.stderr)
         return exitcodes.INVALID

@@ -19,6 +19,15 @@ session (docs/task-environment.md); without one, the same API runs locally with 
 This package imports only the standard library, torch, grpc, protobuf and `mlsched.v1`.
 """
 
+import importlib.util
+
+if importlib.util.find_spec("torch") is None:  # the base install has no torch: say which extra
+    raise ModuleNotFoundError(
+        "trainer_shim needs torch, not installed here: install mlsched[shim] (torch==2.13.0 first,"
+        " then pip install 'mlsched[shim]')",
+        name="torch",
+    )
+
 from trainer_shim.context import JobContext, RestoreInfo, init
 from trainer_shim.elastic import Scale
 from trainer_shim.env import TaskEnv, parse_env

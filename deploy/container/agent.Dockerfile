@@ -28,7 +28,9 @@ COPY nodeagent ./nodeagent
 COPY trainer_shim ./trainer_shim
 COPY simulator ./simulator
 COPY examples /opt/mlsched/examples
-RUN pip install --constraint constraints.txt . && rm -rf /opt/mlsched/src
+# The agent and, for the jobs that run in its Python, the training shim (docs/architecture.md,
+# "Installs and extras").
+RUN pip install --constraint constraints.txt ".[agent,shim]" && rm -rf /opt/mlsched/src
 
 WORKDIR /var/lib/mlsched/agent
 ENTRYPOINT ["mlsched", "agent", "--state-dir", "/var/lib/mlsched/agent"]

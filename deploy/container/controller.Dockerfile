@@ -23,7 +23,8 @@ COPY controller ./controller
 COPY nodeagent ./nodeagent
 COPY trainer_shim ./trainer_shim
 COPY simulator ./simulator
-RUN pip install --constraint constraints.txt . && rm -rf /opt/mlsched/src
+# The controller's extra; `shim` names the torch above, which the mlf-rl and chic policies load.
+RUN pip install --constraint constraints.txt ".[controller,shim]" && rm -rf /opt/mlsched/src
 
 USER mlsched
 WORKDIR /var/lib/mlsched

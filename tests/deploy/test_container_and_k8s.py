@@ -134,8 +134,10 @@ def test_the_dockerfiles_pin_their_base_and_torch_and_copy_what_exists(name: str
     assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", base), base  # no floating tag
     runs = [i["value"] for i in dockerfile.structure if i["instruction"] == "RUN"]
     torch = next(i for i, run in enumerate(runs) if "torch==2.13.0" in run)
-    package = next(i for i, run in enumerate(runs) if "--constraint constraints.txt ." in run)
+    package = next(i for i, run in enumerate(runs) if "--constraint constraints.txt " in run)
     assert torch < package  # torch first (README), so pip keeps the pinned build
+    role = name.split(".")[0]  # each image installs its role's extra (pyproject.toml)
+    assert re.search(rf'"\.\[([a-z,]*,)?{role}(,[a-z,]*)?\]"', runs[package]), runs[package]
     for item in dockerfile.structure:
         if item["instruction"] in ("COPY", "ADD"):
             assert item["instruction"] == "COPY", "ADD fetches and unpacks: use COPY"
