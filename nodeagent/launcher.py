@@ -204,16 +204,16 @@ def spawn_task(
     The new session keeps the task out of the agent's process group, so signals meant for the
     agent (and its exit) do not reach it. Raises OSError when the process cannot be started,
     ValueError when Popen refuses the arguments (a NUL byte in the command or environment).
+
+    The identity switch happens in ``setpriv`` after the exec (``identity_prefix``), not in
+    Popen's child: asked for a uid, gid or groups, Popen forks instead of vforking, and the fork
+    runs the gRPC library's fork handlers, which start threads in the child between fork and
+    exec; with the agent's gRPC threads busy, such a child died by SIGABRT or SIGBUS before the
+    task began (tests/nodeagent/test_task_users.py, 2 runs in 21). Without those arguments
+    Popen vforks, and no fork handler runs.
     """
-    as_user: dict[str, object] = {}
     if identity is not None:
-        argv = [*capability_drop(), *argv]
-        as_user = {
-            "user": identity.uid,
-            "group": identity.gid,
-            "extra_groups": list(identity.groups),
-            "umask": 0o077,
-        }
+        argv = [*identity_prefix(identity), *argv]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as out:
         out.write(header.encode() + b"\n")
@@ -227,25 +227,32 @@ def spawn_task(
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            **as_user,  # type: ignore[arg-type]
+            umask=0o077 if identity is not None else -1,
         )
     return ChildProcess(popen)
 
 
-def capability_drop(euid: int | None = None) -> list[str]:
-    """The prefix that leaves a task none of the agent's capabilities.
+def identity_prefix(identity: TaskIdentity) -> list[str]:
+    """The ``setpriv`` command that runs a task as ``identity`` with no capabilities.
 
-    A root agent needs none: the kernel clears every capability when a process of uid 0 takes
-    a nonzero uid. An agent running as a plain user with CAP_SETUID and friends in its ambient
-    set (deploy/systemd) would pass them on through the uid switch and the exec, so the task
-    runs under util-linux's ``setpriv``, which empties the ambient and inheritable sets first.
+    It takes the uid, gid and supplementary groups, and empties the inheritable and ambient
+    capability sets: a root agent's task loses every capability when its uid becomes nonzero,
+    but an agent running as a plain user with CAP_SETUID and friends in its ambient set
+    (deploy/systemd) would otherwise pass them on through the exec.
     """
-    if (os.geteuid() if euid is None else euid) == 0:
-        return []
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        raise OSError("setpriv (util-linux) is needed to start tasks without this agent's caps")
-    return [setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--"]
+        raise OSError("setpriv (util-linux) is needed to start tasks as their users")
+    groups = ",".join(str(g) for g in identity.groups)
+    return [
+        setpriv,
+        f"--reuid={identity.uid}",
+        f"--regid={identity.gid}",
+        f"--groups={groups}" if groups else "--clear-groups",
+        "--inh-caps=-all",
+        "--ambient-caps=-all",
+        "--",
+    ]
 
 
 def find_free_port(host: str = "127.0.0.1") -> int:
