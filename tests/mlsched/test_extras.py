@@ -154,3 +154,12 @@ def test_the_extras_modules_match_pyproject(extra: str) -> None:
 
 def test_dev_installs_all() -> None:
     assert "mlsched[all," in EXTRAS["dev"][0]
+
+
+@pytest.mark.parametrize(
+    ("feature", "role"),
+    [("sweep", "sim"), ("postgres", "controller"), ("lightning", "shim"), ("hf", "shim")],
+)
+def test_a_feature_extra_brings_its_role(feature: str, role: str) -> None:
+    """`install.sh sweep` or `pip install mlsched[hf]` alone gives a working feature."""
+    assert f"mlsched[{role}]" in EXTRAS[feature]
