@@ -59,7 +59,7 @@ from mlsched.model import (
 from mlsched.spec_elastic import elastic_to_dict, parse_elastic
 from mlsched.spec_launcher import launcher_problems, parse_launcher
 from mlsched.spec_ps import job_problems, parse_ps, ps_to_dict
-from mlsched.spec_section import open_section
+from mlsched.spec_section import FieldDoc, open_section
 
 MAX_GPUS = 1024
 MAX_ITERATIONS = 10**12
@@ -96,6 +96,145 @@ _PARTITION_SUM_TOLERANCE = 1e-6
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+# What docs/spec-reference.md says of each field (python -m mlsched.spec_reference).
+_DURATION = "seconds, or a duration: 90s, 30m, 2h, 1.5d"
+TOP_FIELD_DOCS = {
+    "name": FieldDoc(
+        "string: 1-63 letters, digits, `.`, `_`, `-`, starting alphanumeric",
+        "required",
+        "the job's name in listings",
+    ),
+    "command": FieldDoc(
+        "string (split into shell words, not run by a shell) or list of strings",
+        "required",
+        "what each task runs, in `working_dir`",
+    ),
+    "gpus": FieldDoc(
+        f"integer, 1 to {MAX_GPUS}",
+        "required",
+        "GPUs the job runs on (where an elastic or parameter-server job starts)",
+    ),
+    "gpus_per_process": FieldDoc(
+        f"integer, 1 to {MAX_GPUS}, dividing `gpus`",
+        "1 (`gpus` with `launcher: torchrun`)",
+        "GPUs of one task (a training process, or one torchrun launcher); "
+        "the job has `gpus / gpus_per_process` tasks",
+    ),
+    "working_dir": FieldDoc(
+        "path",
+        "the spec file's folder (`submit -- CMD`: the current folder)",
+        "the tasks' working directory; a relative path is taken from the spec file's folder",
+    ),
+    "env": FieldDoc(
+        "mapping of variable names to values",
+        "none",
+        "extra environment variables of the tasks; names starting `MLSCHED_` are reserved",
+    ),
+    "class": FieldDoc(
+        "one of " + ", ".join(c.value for c in JobClass),
+        JobClass.BEST_EFFORT.value,
+        "service class: best-effort has no deadline, strict-slo exactly one, soft-slo one or more",
+    ),
+    "deadlines": FieldDoc(
+        "list of mappings (section `deadlines[]`)",
+        "none",
+        "the SLO deadlines, in increasing order of `after`",
+    ),
+    "stop": FieldDoc(
+        "mapping (section `stop`)", "required", "when the job is done (section `stop`)"
+    ),
+    "max_retries": FieldDoc(
+        "integer, 0 to 100",
+        "0",
+        "task failures the job survives: each of the first `max_retries` requeues it, "
+        "one more fails it",
+    ),
+    "batch_size": FieldDoc(
+        "integer, 0 to 10000000",
+        "0 (none)",
+        "the global batch size on `gpus` GPUs, given to the tasks as `MLSCHED_BATCH_SIZE`; "
+        "required by `elastic`",
+    ),
+    "mlfs": FieldDoc("mapping (section `mlfs`)", "none", "MLFS scheduling features"),
+    "elastic": FieldDoc(
+        "mapping (section `elastic`)", "none (a fixed size)", "how far the job may be resized"
+    ),
+    "ps": FieldDoc(
+        "mapping (section `ps`)", "none", "a parameter-server job (workers and servers)"
+    ),
+    "launcher": FieldDoc(
+        "one of " + ", ".join(launcher.value for launcher in Launcher),
+        Launcher.AGENT.value,
+        "who starts the training processes: the agent, one per task, or torchrun, one "
+        "launcher per task starting a process per GPU (not with `elastic` or `ps`)",
+    ),
+    "suspend_grace": FieldDoc(
+        f"{_DURATION}; at most {MAX_SUSPEND_GRACE_S:g} s",
+        "the controller's `--suspend-grace` (30 s unless set)",
+        "how long a suspension waits for the checkpoint before SIGTERM (and again before SIGKILL)",
+    ),
+}
+DEADLINE_FIELD_DOCS = {
+    "after": FieldDoc(_DURATION, "required", "the deadline, counted from submission"),
+    "reward": FieldDoc(
+        "number >= 0",
+        f"{STRICT_SLO_DEFAULT_REWARD:g}",
+        "what meeting this deadline is worth; a later deadline may not pay more",
+    ),
+}
+STOP_FIELD_DOCS = {
+    "iterations": FieldDoc(
+        f"integer, 1 to {MAX_ITERATIONS}",
+        "required, alone (or give `metric`)",
+        "the job is done after this many iterations",
+    ),
+    "metric": FieldDoc(
+        "string", "required (or give `iterations`)", "the metric the job reports to reach"
+    ),
+    "target": FieldDoc("number", "required with `metric`", "the value of `metric` to reach"),
+    "goal": FieldDoc(
+        "one of " + ", ".join(g.value for g in MetricGoal),
+        MetricGoal.MAXIMIZE.value,
+        "max: done at or above `target`; min: at or below",
+    ),
+    "max_iterations": FieldDoc(
+        f"integer, 1 to {MAX_ITERATIONS}",
+        "required with `metric`",
+        "the iteration budget if `target` is not reached",
+    ),
+}
+MLFS_FIELD_DOCS = {
+    "urgency": FieldDoc(
+        f"number, {MIN_URGENCY:g} to {MAX_URGENCY:g}",
+        f"{MlfsSpec.urgency:g}",
+        "how urgent the job is (10: most urgent)",
+    ),
+    "partitions": FieldDoc(
+        "list of positive numbers summing to 1, one per task",
+        "none (plain data parallel)",
+        "each task's share of the model (model partitions)",
+    ),
+    "dependencies": FieldDoc(
+        "list of [parent, child] partition indices, without cycles",
+        "none",
+        "which partitions depend on which (needs `partitions`)",
+    ),
+    "stop_option": FieldDoc(
+        "one of " + ", ".join(o.value for o in StopOption),
+        StopOption.ITERATIONS.value,
+        "how MLFS may end the job: run the iterations asked for, stop near the predicted "
+        "best accuracy, or stop at `required_accuracy`",
+    ),
+    "system_may_switch": FieldDoc(
+        "true or false", "false", "under overload MLFS may switch the job to a cheaper option"
+    ),
+    "required_accuracy": FieldDoc(
+        "number (a fraction from 0 to 1 for an `iterations` job)",
+        "none (required by required-accuracy)",
+        "the accuracy that is enough, in the units of the watched metric",
+    ),
+}
 
 
 class SpecError(ValueError):

@@ -25,11 +25,39 @@ from collections.abc import Mapping
 from typing import Any
 
 from mlsched.model import BatchRule, ElasticSpec
-from mlsched.spec_section import open_section
+from mlsched.spec_section import FieldDoc, open_section
 
 ELASTIC_FIELDS = ("min_gpus", "max_gpus", "batch", "max_batch_size", "lr_scaling")
 _LR_SCALING = {"none": False, "linear": True}
 MAX_BATCH = 10**7
+ELASTIC_FIELD_DOCS = {  # docs/spec-reference.md (python -m mlsched.spec_reference)
+    "min_gpus": FieldDoc(
+        "integer, 1 to 1024, a multiple of `gpus_per_process`",
+        "required",
+        "the fewest GPUs the job may shrink to",
+    ),
+    "max_gpus": FieldDoc(
+        "integer, 1 to 1024, a multiple of `gpus_per_process`",
+        "required",
+        "the most GPUs the job may grow to",
+    ),
+    "batch": FieldDoc(
+        "one of " + ", ".join(r.value for r in BatchRule),
+        BatchRule.FIXED_GLOBAL.value,
+        "how the batch follows the GPU count: the global batch stays, each GPU keeps its "
+        "share, or the scheduler picks the global batch",
+    ),
+    "max_batch_size": FieldDoc(
+        f"integer, 1 to {MAX_BATCH}, at least `batch_size`",
+        "required with `batch: scheduler`, else not allowed",
+        "the largest global batch the scheduler may pick",
+    ),
+    "lr_scaling": FieldDoc(
+        "one of " + ", ".join(_LR_SCALING),
+        "none",
+        "linear: the learning rate scales with global batch / `batch_size` (not with fixed-global)",
+    ),
+}
 
 
 def parse_elastic(

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlsched.model import PsSpec, RoleResources
-from mlsched.spec_section import open_section
+from mlsched.spec_section import FieldDoc, open_section
 
 __all__ = ["PsSpec", "RoleResources", "job_problems", "parse_ps", "ps_to_dict"]
 
@@ -29,6 +29,38 @@ PS_FIELDS = ("workers", "servers", "worker", "server")
 RANGE_FIELDS = ("min", "max")
 RESOURCE_FIELDS = ("gpus", "cpus", "memory_gb")
 MAX_TASKS = 1024
+# docs/spec-reference.md (python -m mlsched.spec_reference)
+PS_FIELD_DOCS = {
+    "workers": FieldDoc(
+        "mapping (section `ps.workers`)", "required", "how many workers the scheduler may choose"
+    ),
+    "servers": FieldDoc(
+        "mapping (section `ps.servers`)",
+        "required",
+        "how many parameter servers the scheduler may choose",
+    ),
+    "worker": FieldDoc(
+        "mapping (section `ps.worker`)",
+        "required",
+        "one worker's resources; its `gpus` equals `gpus_per_process`",
+    ),
+    "server": FieldDoc(
+        "mapping (section `ps.server`)",
+        "required",
+        "one parameter server's resources; its `gpus` is 0 (CPU processes)",
+    ),
+}
+RANGE_FIELD_DOCS = {
+    "min": FieldDoc(f"integer, 1 to {MAX_TASKS}", "required", "the fewest tasks of the role"),
+    "max": FieldDoc(
+        f"integer, 1 to {MAX_TASKS}, at least `min`", "required", "the most tasks of the role"
+    ),
+}
+RESOURCE_FIELD_DOCS = {
+    "gpus": FieldDoc("number >= 0", "0", "GPUs of one task of the role"),
+    "cpus": FieldDoc("number >= 0", "0", "CPUs of one task of the role"),
+    "memory_gb": FieldDoc("number >= 0", "0", "memory of one task of the role, in GB"),
+}
 
 
 def parse_ps(value: Any, problems: list[str]) -> PsSpec:

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class FieldDoc(NamedTuple):
+    """What docs/spec-reference.md says of one field (``python -m mlsched.spec_reference``)."""
+
+    type: str  # the YAML type and the values or range the parser accepts
+    default: str  # what an absent field means ("required" when it must be given)
+    meaning: str
 
 
 def open_section(
