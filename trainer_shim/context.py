@@ -31,6 +31,7 @@ from trainer_shim.env import TaskEnv, parse_env, resolve_agent_addr
 from trainer_shim.exit_record import ExitRecord, write_exit_record
 from trainer_shim.selffence import FenceThread, SilenceWatch
 from trainer_shim.session import AgentSession
+from trainer_shim.step_sync import DEFAULT_PERIOD_S, PacedExchange
 from trainer_shim.stopping import ControlState, StoppingCriteria, Target
 
 __all__ = ["JobContext", "RestoreInfo", "init"]
@@ -70,6 +71,7 @@ def init(
     flush_timeout: float = 5.0,
     handle_sigterm: bool = True,
     environ: Mapping[str, str] | None = None,
+    sync_period: float = DEFAULT_PERIOD_S,
 ) -> JobContext:
     """Create the job context; use it as `with trainer_shim.init(...) as job:`.
 
@@ -85,6 +87,8 @@ def init(
 
     `target` is a `Target` or a `(metric, value[, goal])` tuple with goal "max" (default)
     or "min". `environ` replaces `os.environ` when reading the contract (mainly for tests).
+    `sync_period` bounds, in seconds, how long the ranks of a distributed job answer the
+    per-step questions from local state between two exchanges (0: exchange at every call).
     """
     task_env = parse_env(environ)
     if isinstance(target, tuple):
@@ -123,6 +127,7 @@ def init(
         flush_timeout=flush_timeout,
         scale=scale,
         controller_batch=controller_batch,
+        sync_period=sync_period,
     )
     context._start(handle_sigterm=handle_sigterm)
     return context
@@ -134,7 +139,10 @@ class JobContext:
     Methods are meant for the training thread. Under torch.distributed with more than one
     process, `should_stop`, `should_suspend` and `requested_batch_size` are collectives:
     every rank must call each of them at the same steps, and every rank gets the same answer
-    (stop/suspend when any rank was asked to; the batch size rank 0 received).
+    (stop/suspend when any rank was asked to; the batch size rank 0 received). Most calls are
+    answered from local state: the ranks exchange only every `sync_period` seconds or so, as
+    rank 0 paces it (trainer_shim/step_sync.py), so an answer can come up to that much later
+    than the news, at the same step on every rank.
     """
 
     def __init__(
@@ -151,6 +159,7 @@ class JobContext:
         flush_timeout: float = 5.0,
         scale: elastic.Scale | None = None,
         controller_batch: bool = False,
+        sync_period: float = DEFAULT_PERIOD_S,
     ) -> None:
         self.env = task_env
         self.criteria = criteria
@@ -206,6 +215,17 @@ class JobContext:
         self._stop_reason: str | None = None
         self._suspend_reason: str | None = None
         self._warned_no_store = False
+        # The per-step questions, agreed among ranks in one exchange every so often
+        # (trainer_shim/step_sync.py). The first question the script asks paces the exchanges
+        # (the same on every rank: they ask the same questions in the same order); each
+        # exchange answers all of them, and the others read the agreed answers.
+        self._step_sync = PacedExchange(
+            distributed.max_over_ranks, is_rank0=task_env.rank == 0, period_s=sync_period
+        )
+        self._sync_driver: str | None = None
+        self._agreed_stop = False
+        self._agreed_suspend = False
+        self._agreed_batch: int | None = None
         self._owns_process_group = False
         self._closed = False
         # Set by the SIGTERM handler; a plain attribute because handlers must not take locks.
@@ -374,6 +394,8 @@ class JobContext:
             self.env = replace(self.env, world_size=world_size)
         if master_port is not None:
             self.env = replace(self.env, master_port=master_port)
+        if world_size is not None:  # a new group: every rank of it exchanges at its next call
+            self._step_sync.reset()
         self._metrics["regroup_generation"] = float(generation)
 
     @property
@@ -426,17 +448,59 @@ class JobContext:
         """
         if self._stop_reason is not None:
             return True
+        distributed_now = distributed.is_active()
+        if distributed_now:
+            self._sync_ranks("stop")
         if self._scale_callbacks:
             self.check_scale()
-        reason = self._control.stop_reason or self._criteria_reason
-        if distributed.is_active():
-            if not distributed.any_rank(reason is not None):
+        reason = self._local_stop_reason()
+        if distributed_now:
+            if not self._agreed_stop:
                 return False
             reason = reason or "stopped because another rank stopped"
         if reason is None:
             return False
         self._stop_reason = reason
         return True
+
+    def _local_stop_reason(self) -> str | None:
+        return self._control.stop_reason or self._criteria_reason
+
+    def _local_suspend_reason(self) -> str | None:
+        return (
+            self._control.suspend_reason
+            or ("SIGTERM" if self._sigterm else None)
+            or self._fenced_reason
+        )
+
+    def _sync_ranks(self, question: str) -> None:
+        """At the pacing question's sync calls, exchange every rank's answers to all questions
+        in one collective: stop and suspend when any rank says so, rank 0's batch request."""
+        if self._sync_driver is None:
+            self._sync_driver = question
+        if question != self._sync_driver:
+            return
+        budget = self.criteria.max_iterations
+        # The budget runs out at a step rank 0 sees coming: the exchange lands on that step.
+        horizon = budget - self._step if question == "stop" and budget is not None else None
+        agreed = self._step_sync.poll(self._local_answers, horizon=horizon)
+        if agreed is None:
+            return
+        stop, suspend, batch = agreed
+        self._agreed_stop = self._agreed_stop or bool(stop)
+        self._agreed_suspend = self._agreed_suspend or bool(suspend)
+        if batch:
+            self._agreed_batch = batch
+
+    def _local_answers(self) -> list[int]:
+        """This rank's answers, for an exchange (a batch request is taken only here: between
+        exchanges it waits in the control state)."""
+        batch = self._control.take_batch_size() if self.rank == 0 else None
+        return [
+            int(self._local_stop_reason() is not None),
+            int(self._local_suspend_reason() is not None),
+            batch or 0,
+        ]
 
     def should_suspend(self) -> bool:
         """True once the agent sent SuspendNow or the process got SIGTERM: save a checkpoint
@@ -446,13 +510,10 @@ class JobContext:
         """
         if self._suspend_reason is not None:
             return True
-        reason = (
-            self._control.suspend_reason
-            or ("SIGTERM" if self._sigterm else None)
-            or self._fenced_reason
-        )
+        reason = self._local_suspend_reason()
         if distributed.is_active():
-            if not distributed.any_rank(reason is not None):
+            self._sync_ranks("suspend")
+            if not self._agreed_suspend:
                 return False
             reason = reason or "suspended because another rank was asked to suspend"
         if reason is None:
@@ -468,9 +529,10 @@ class JobContext:
         on every rank (a collective; see the class docstring); other ranks' requests are
         dropped.
         """
-        value = self._control.take_batch_size()
-        if distributed.is_active():
-            value = distributed.from_rank0(value or 0) or None
+        if not distributed.is_active():
+            return self._control.take_batch_size()
+        self._sync_ranks("batch")
+        value, self._agreed_batch = self._agreed_batch, None
         return value
 
     # ------------------------------------------------------------ elastic scale

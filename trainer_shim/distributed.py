@@ -1,5 +1,6 @@
 """torch.distributed helpers: process-group setup, the small collectives behind the
-rank-consistent `should_stop`/`should_suspend`/`requested_batch_size` decisions, and the pieces
+rank-consistent `should_stop`/`should_suspend`/`requested_batch_size` decisions (paced by
+trainer_shim/step_sync.py), and the pieces
 of an in-place regroup (a rendezvous store of one's own, joining a group on it, sending rank 0's
 state to every rank; trainer_shim/regroup.py)."""
 
@@ -14,15 +15,14 @@ import torch.distributed as dist
 from torch import nn
 
 __all__ = [
-    "any_rank",
     "backend_for",
     "broadcast_from_rank0",
     "destroy_process_group",
-    "from_rank0",
     "from_rank0_ints",
     "init_process_group",
     "is_active",
     "join_group",
+    "max_over_ranks",
     "rendezvous_store",
     "unwrap_model",
 ]
@@ -44,18 +44,12 @@ def _collective_device() -> torch.device:
     return torch.device("cpu")
 
 
-def any_rank(flag: bool) -> bool:
-    """Collective: True on every rank when `flag` is True on at least one rank."""
-    tensor = torch.tensor([int(flag)], dtype=torch.int32, device=_collective_device())
+def max_over_ranks(values: list[int]) -> list[int]:
+    """Collective: the element-wise maximum of every rank's `values` (the same length on every
+    rank), on every rank."""
+    tensor = torch.tensor(values, dtype=torch.int64, device=_collective_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item())
-
-
-def from_rank0(value: int) -> int:
-    """Collective: rank 0's `value`, on every rank."""
-    tensor = torch.tensor([value], dtype=torch.int64, device=_collective_device())
-    dist.broadcast(tensor, src=0)
-    return int(tensor.item())
+    return [int(v) for v in tensor.tolist()]
 
 
 def from_rank0_ints(values: list[int]) -> list[int]:

@@ -37,6 +37,7 @@ from torch import nn
 
 from mlsched.v1 import trainer_pb2
 from trainer_shim import distributed
+from trainer_shim.step_sync import DEFAULT_PERIOD_S, PacedExchange
 
 if TYPE_CHECKING:
     from trainer_shim.context import JobContext
@@ -219,6 +220,7 @@ class ElasticGroup:
         environ: Mapping[str, str] | None = None,
         timeout: timedelta = DEFAULT_TIMEOUT,
         inbox: RegroupInbox | None = None,
+        sync_period: float = DEFAULT_PERIOD_S,
     ) -> None:
         self._job = job
         self._timeout = timeout
@@ -234,6 +236,10 @@ class ElasticGroup:
         self._store: Any = None  # rank 0: the next group's TCPStore, served ahead of the switch
         self._store_generation = 0
         self._started = False
+        # Whether a regroup is due is asked at every step but exchanged only now and then.
+        self._plan_sync = PacedExchange(
+            distributed.from_rank0_ints, is_rank0=self._rank == 0, period_s=sync_period
+        )
 
     def __enter__(self) -> ElasticGroup:
         return self
@@ -312,15 +318,20 @@ class ElasticGroup:
         )
 
     def _due_plan(self) -> RegroupPlan | None:
-        """Rank 0's plan once every new rank has arrived, on every rank; else None."""
-        values = list(_NO_PLAN)
+        """Rank 0's plan once every new rank has arrived, on every rank; else None (also
+        between two exchanges of the ranks, trainer_shim/step_sync.py)."""
+        if not distributed.is_active():
+            return RegroupPlan.from_ints(self._rank0_plan(), self._addr)
+        values = self._plan_sync.poll(self._rank0_plan)
+        return None if values is None else RegroupPlan.from_ints(values, self._addr)
+
+    def _rank0_plan(self) -> list[int]:
+        """The plan to deploy now, as rank 0 sees it; no plan on the other ranks."""
         if self._rank == 0:
             plan = self._inbox.newest(self._generation)
             if plan is not None and self._arrived(plan):
-                values = plan.as_ints()
-        if distributed.is_active():
-            values = distributed.from_rank0_ints(values)
-        return RegroupPlan.from_ints(values, self._addr)
+                return plan.as_ints()
+        return list(_NO_PLAN)
 
     def _arrived(self, plan: RegroupPlan) -> bool:
         """Rank 0: serve the plan's store (once) and count the new ranks that reached it."""
@@ -362,6 +373,7 @@ class ElasticGroup:
             log.info("%s at step %d", reason, step)
             return Membership("left", plan.generation, self._rank, plan.world_size, step, None)
         self._world_size = plan.world_size
+        self._plan_sync.reset()  # the new group's ranks exchange at their next step boundary
         self._port_override(plan.master_port)
         if plan.world_size > 1:
             store = self._store if self._rank == 0 else None

@@ -187,12 +187,12 @@ def test_two_real_processes_grow_and_shrink_in_place(tmp_path: Path) -> None:
 
     steps0 = {e["step"]: e["digest"] for e in r0 if e["event"] == "step"}
     steps1 = {e["step"]: e["digest"] for e in r1 if e["event"] == "step"}
-    # The shrink plan is offered after the boundary of step grow + 4: it is due one step later.
-    assert sorted(steps1) == list(range(int(grow["step"]) + 1, int(grow["step"]) + 6))
-    assert all(steps0[s] == d for s, d in steps1.items())  # lockstep, same state
-
     shrink = next(e for e in r0 if e["event"] == "regrouped" and e["generation"] == 2)
     left = next(e for e in r1 if e["event"] == "left")
-    assert shrink["world_size"] == 1 and shrink["step"] == left["step"] == int(grow["step"]) + 5
+    # The shrink plan is offered after the boundary of step grow + 4; the ranks agree on it at
+    # their next exchange (trainer_shim/step_sync.py), a step later at the earliest.
+    assert shrink["world_size"] == 1 and shrink["step"] == left["step"] >= int(grow["step"]) + 5
+    assert sorted(steps1) == list(range(int(grow["step"]) + 1, int(shrink["step"]) + 1))
+    assert all(steps0[s] == d for s, d in steps1.items())  # lockstep, same state
     assert (r1[-1]["event"], r1[-1]["step"]) == ("end", left["step"])  # out of the loop at once
     assert r0[-1]["event"] == "end" and r0[-1]["step"] == int(shrink["step"]) + 3
