@@ -14,9 +14,10 @@ in it (the example prints `first_step` with the unix time; the leaving rank's ex
 waited for). In place, rank 0 trains on while a new rank starts, so `*_pause` adds how long
 rank 0 did not train: from the end of its last step before the switch to the end of its first
 step after it. A checkpoint-restart's pause is its whole time (the processes stop at once).
-Prints a table of medians (and every sample); `--json PATH` writes them too.
+Prints a table of medians (and every sample); `--json` prints them as JSON instead (the
+per-repetition lines go to stderr), `--json-out PATH` writes that JSON to a file too.
 
-    nice -n 10 .venv/bin/python benchmarks/bench_resize.py --repeat 3 --json out.json
+    nice -n 10 .venv/bin/python benchmarks/bench_resize.py --repeat 3 --json-out out.json
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mlsched import jsonflag  # noqa: E402
+from mlsched.jsonflag import add_json_options  # noqa: E402
 from nodeagent.launcher import find_free_port  # noqa: E402
 from nodeagent.model import (  # noqa: E402
     BatchSizeCommand,
@@ -247,8 +250,9 @@ def restart(node: Node, job: str) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--json", type=Path, default=None, help="write the figures here")
-    args = p.parse_args(argv)
+    add_json_options(p, "the samples, medians and ratios")
+    args = jsonflag.parse_args(p, argv)
+    log = sys.stderr if args.json else sys.stdout  # with --json, stdout is the JSON alone
     samples: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-resize-") as tmp:
         node = Node(Path(tmp))
@@ -257,7 +261,9 @@ def main(argv: list[str] | None = None) -> None:
                 for path, run in (("in_place", in_place), ("restart", restart)):
                     for name, seconds in run(node, f"{path.replace('_', '-')}-{i}").items():
                         samples.setdefault(f"{path}/{name}", []).append(seconds)
-                        print(f"rep {i} {path:9s} {name:17s} {seconds:7.2f} s", flush=True)
+                        print(
+                            f"rep {i} {path:9s} {name:17s} {seconds:7.2f} s", file=log, flush=True
+                        )
         finally:
             node.close()
     medians = {key: statistics.median(values) for key, values in samples.items()}
@@ -271,21 +277,20 @@ def main(argv: list[str] | None = None) -> None:
             for change in ("grow_1_to_2", "shrink_2_to_1")
         }
     )
-    print(f"\nload average {os.getloadavg()[0]:.1f} (1 min), {args.repeat} repetitions")
-    print(f"{'path/change':32s} {'median s':>9s}  samples")
-    for key in sorted(samples):
-        values = " ".join(f"{v:.2f}" for v in samples[key])
-        print(f"{key:32s} {medians[key]:9.2f}  {values}")
-    for change, ratio in ratios.items():
-        print(f"restart / in place, {change}: {ratio:.1f}x")
-    if args.json is not None:
-        report = {
-            "samples": samples,
-            "medians": medians,
-            "ratios": ratios,
-            "loadavg": os.getloadavg(),
-        }
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    report = {"samples": samples, "medians": medians, "ratios": ratios, "loadavg": os.getloadavg()}
+    text = json.dumps(report, indent=2) + "\n"
+    if args.json:
+        sys.stdout.write(text)
+    else:
+        print(f"\nload average {os.getloadavg()[0]:.1f} (1 min), {args.repeat} repetitions")
+        print(f"{'path/change':32s} {'median s':>9s}  samples")
+        for key in sorted(samples):
+            values = " ".join(f"{v:.2f}" for v in samples[key])
+            print(f"{key:32s} {medians[key]:9.2f}  {values}")
+        for change, ratio in ratios.items():
+            print(f"restart / in place, {change}: {ratio:.1f}x")
+    if args.json_out is not None:
+        args.json_out.write_text(text)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from mlsched import exitcodes, extras, render
+from mlsched import exitcodes, extras, jsonflag, render
 from mlsched.completion import bash_script
 from mlsched.contexts import ContextError, config_path, load_contexts, select_context
 from mlsched.follow import follow_logs, wait_for_job
@@ -462,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments, quick_command = _split_quick_command(list(sys.argv[1:] if argv is None else argv))
     command = next((a for a in arguments if not a.startswith("-")), "")
     try:
-        args = build_parser(command).parse_args(arguments)
+        args = jsonflag.parse_args(build_parser(command), arguments, prog=f"mlsched {command}")
         if quick_command:
             args.quick_command = quick_command
         extras.require(args.command)

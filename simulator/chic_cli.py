@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from controller.policy.chic.network import DEFAULT_MODELS, ArrayNet
+from mlsched.jsonflag import add_json_options
 from simulator.chic_env import Episode, greedy, run_chic, run_optimus
 from simulator.chic_workload import ChicJob, read_csv, sequences, write_csv
 
@@ -55,7 +57,7 @@ def add_chic_simulate_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--chic-model", type=Path, default=DEFAULT_MODELS["ps"])
     p.add_argument("--pair-model", type=Path, default=DEFAULT_MODELS["pair"])
     p.add_argument("--write-trace", type=Path, help="write the generated sequences to this folder")
-    p.add_argument("--json", type=Path, help="also write the results as JSON")
+    add_json_options(p, "the ACT per workload and policy")
     p.set_defaults(func=run_chic_simulate)
 
 
@@ -75,7 +77,8 @@ def run_chic_simulate(args: argparse.Namespace) -> int:
         rates = [float(r) for r in args.arrival_rate.split(",")]
         sets = {f"{r}/h": sequences(r, args.sequences, args.jobs, args.seed) for r in rates}
     results: dict[str, dict[str, float]] = {}
-    print(f"{'workload':>10} " + " ".join(f"{n:>12}" for n in names) + "   (ACT, s)")
+    report = sys.stderr if args.json else sys.stdout  # with --json the rows show progress
+    print(f"{'workload':>10} " + " ".join(f"{n:>12}" for n in names) + "   (ACT, s)", file=report)
     for label, seqs in sets.items():
         if args.write_trace:
             args.write_trace.mkdir(parents=True, exist_ok=True)
@@ -83,7 +86,10 @@ def run_chic_simulate(args: argparse.Namespace) -> int:
                 write_csv(args.write_trace / f"chic_{label.replace('/', '')}_{i}.csv", jobs)
         row = {n: float(np.mean([run_policy(n, s, models).act_s for s in seqs])) for n in names}
         results[label] = row
-        print(f"{label:>10} " + " ".join(f"{row[n]:12.0f}" for n in names))
+        print(f"{label:>10} " + " ".join(f"{row[n]:12.0f}" for n in names), file=report, flush=True)
+    text = json.dumps(results, indent=1) + "\n"
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        sys.stdout.write(text)
+    if args.json_out:
+        args.json_out.write_text(text)
     return 0

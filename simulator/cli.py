@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.policy import available_policies, make_policy
+from mlsched.jsonflag import add_json_options
 from mlsched.progress import Progress
 from simulator.elastic import LOADERS, ElasticJobModel, data_folder
 from simulator.engine import PRESETS, ClusterShape, SimConfig, Simulation
@@ -20,6 +21,7 @@ from simulator.metrics import compute_metrics
 from simulator.report import (
     SPEED_MODEL_KEY,
     format_table,
+    json_text,
     plot,
     underload_warning,
     write_json,
@@ -69,7 +71,7 @@ def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
         "(simulator/interference.py); PATH: curves to use instead of the fitted default. "
         "Off by default (the UniSched/Chronus comparisons assume none)",
     )
-    p.add_argument("--json", type=Path, dest="json_path", help="write metrics JSON here")
+    add_json_options(p, "the metrics")
     p.add_argument("--plot", type=Path, help="write a PNG (JCT CDF, utilisation) here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run_simulate)
@@ -383,14 +385,19 @@ def run_simulate(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.close()
     metrics = {name: compute_metrics(result) for name, result in results.items()}
-    print(f"{len(jobs)} jobs on {shape.nodes}x{shape.gpus_per_node} GPUs")
-    print(f"speed model: {model.speed_model.describe()}")
-    print(format_table(metrics))
     warning = underload_warning(metrics)
-    if warning is not None:  # part of the report, below its table
-        print(warning)
-    if args.json_path:
-        write_json(metrics, args.json_path, speed_model=model.speed_model.to_json())
+    if args.json:  # the JSON alone on stdout; the warning goes to stderr
+        sys.stdout.write(json_text(metrics, speed_model=model.speed_model.to_json()))
+        if warning is not None:
+            print(f"mlsched simulate: {warning}", file=sys.stderr)
+    else:
+        print(f"{len(jobs)} jobs on {shape.nodes}x{shape.gpus_per_node} GPUs")
+        print(f"speed model: {model.speed_model.describe()}")
+        print(format_table(metrics))
+        if warning is not None:  # part of the report, below its table
+            print(warning)
+    if args.json_out:
+        write_json(metrics, args.json_out, speed_model=model.speed_model.to_json())
     if args.plot:
         plot(results, args.plot)
     return 0

@@ -26,25 +26,34 @@ Format = Callable[[object], str]
 SPEED_MODEL_KEY = "speed_model"
 
 
-def write_json(
+def json_text(
     metrics_by_policy: Mapping[str, dict],
-    path: str | Path,
     *,
     speed_model: Mapping[str, object] | None = None,
-) -> Path:
-    """Write one JSON object keyed by policy name, led by ``"speed_model"`` (which speed model
-    the runs used, :meth:`simulator.jobmodel.SpeedModel.to_json`) when given; returns the path
-    written."""
+) -> str:
+    """One JSON object keyed by policy name, led by ``"speed_model"`` (which speed model the
+    runs used, :meth:`simulator.jobmodel.SpeedModel.to_json`) when given, with a final
+    newline: what ``simulate --json`` prints and ``--json-out`` writes."""
     report: dict[str, object] = {}
     if speed_model is not None:
         if SPEED_MODEL_KEY in metrics_by_policy:
             raise ValueError(f"a policy named {SPEED_MODEL_KEY!r} clashes with the report key")
         report[SPEED_MODEL_KEY] = dict(speed_model)
     report.update(metrics_by_policy)
+    return json.dumps(report, indent=2, allow_nan=False) + "\n"
+
+
+def write_json(
+    metrics_by_policy: Mapping[str, dict],
+    path: str | Path,
+    *,
+    speed_model: Mapping[str, object] | None = None,
+) -> Path:
+    """Write :func:`json_text` to ``path`` (its folder made if missing); returns the path."""
+    text = json_text(metrics_by_policy, speed_model=speed_model)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(report, indent=2, allow_nan=False)
-    path.write_text(text + "\n", encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path
 
 

@@ -4,6 +4,7 @@ generator and short runs of each policy. Expectations computed by hand in the co
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 
@@ -225,7 +226,7 @@ def test_the_commands_write_and_read_traces_and_models(tmp_path, capsys):
             "optimus,chic-pair",
             "--write-trace",
             str(tmp_path / "t"),
-            "--json",
+            "--json-out",
             str(tmp_path / "a.json"),
         ]
     )
@@ -239,12 +240,11 @@ def test_the_commands_write_and_read_traces_and_models(tmp_path, capsys):
             "optimus",
             "--trace",
             *map(str, traces),
-            "--json",
+            "--json-out",
             str(tmp_path / "b.json"),
         ]
     )
     assert args.func(args) == 0
-    import json
 
     first, again = (
         json.loads((tmp_path / "a.json").read_text()),
@@ -279,3 +279,19 @@ def test_the_commands_write_and_read_traces_and_models(tmp_path, capsys):
     assert "iteration 1:" in capsys.readouterr().out
     with pytest.raises(ValueError, match="not a Chic model"):
         ArrayNet.load(tmp_path / "a.json")
+
+
+def test_chic_simulate_json_prints_what_json_out_writes(tmp_path, capsys):
+    from mlsched.cli import main
+
+    tiny = ["chic-simulate", "--sequences", "1", "--jobs", "3", "--policy", "optimus"]
+    assert main([*tiny, "--json", "--json-out", str(tmp_path / "a.json")]) == 0
+    out, err = capsys.readouterr()
+    assert out == (tmp_path / "a.json").read_text()  # stdout is the JSON alone
+    assert list(json.loads(out)) == ["1.8/h"] and json.loads(out)["1.8/h"]["optimus"] > 0
+    assert err.split()[:3] == ["workload", "optimus", "(ACT,"]  # the rows went to stderr
+    with pytest.raises(SystemExit) as stopped:
+        main([*tiny, "--json", str(tmp_path / "b.json")])
+    assert stopped.value.code == 2
+    assert "write a file with --json-out" in capsys.readouterr().err
+    assert not (tmp_path / "b.json").exists()

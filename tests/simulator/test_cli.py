@@ -103,7 +103,7 @@ def test_simulate_every_policy_writes_json_png_and_a_table(tmp_path):
         trace,
         "--policy",
         ",".join(POLICIES),
-        "--json",
+        "--json-out",
         out_json,
         "--plot",
         out_png,
@@ -253,7 +253,7 @@ def test_generic_csv_with_columns_runs(tmp_path, capsys):
         "fifo,edf",
         "--cluster",
         "1x8",
-        "--json",
+        "--json-out",
         out_json,
         "--check-invariants",
         "--quiet",
@@ -283,7 +283,7 @@ WIDE_TABLE = {"vgg16": {"16": {"2": 0.4}}}
 
 def simulate_wide(capsys, trace: Path, out_json: Path, *extra: str | Path) -> tuple[str, str]:
     """FIFO over ``trace`` on 2x8, JSON to ``out_json``: (stdout, stderr); exit status 0."""
-    args = ("--trace", trace, "--cluster", "2x8", "--quiet", "--json", out_json, *extra)
+    args = ("--trace", trace, "--cluster", "2x8", "--quiet", "--json-out", out_json, *extra)
     code, out, err = simulate(capsys, *args)
     assert code == 0, err
     return out, err
@@ -375,7 +375,7 @@ def test_smoke_on_the_shared_mix2_trace(tmp_path):
         "500",
         "--policy",
         "fifo,edf",
-        "--json",
+        "--json-out",
         out_json,
         "--quiet",
         cwd=tmp_path,
@@ -405,7 +405,7 @@ def test_unisched_and_its_ablations_complete_every_job(tmp_path, capsys):
         "2x8",
         "--check-invariants",
         "--quiet",
-        "--json",
+        "--json-out",
         out_json,
     )
     assert code == 0, err
@@ -432,7 +432,7 @@ def test_mlf_h_with_mlfs_features_end_to_end(tmp_path, capsys):
     trace = write_trace(tmp_path / "data")
     args = ["--trace", trace, "--policy", "fifo,mlf-h", "--cluster", "2x8"]
     args += ["--mlfs-features", "--check-invariants", "--quiet", "--seed", "3"]
-    code, out, err = simulate(capsys, *args, "--json", tmp_path / "a.json")
+    code, out, err = simulate(capsys, *args, "--json-out", tmp_path / "a.json")
     assert code == 0, err
     assert out.splitlines()[2].split() == ["metric", "fifo", "mlf-h", "better"]
     assert any(line.startswith("Accuracy guarantee (%)") for line in out.splitlines())
@@ -444,7 +444,7 @@ def test_mlf_h_with_mlfs_features_end_to_end(tmp_path, capsys):
         assert 0 <= m["accuracy_guarantee_ratio"] <= 1 and 0 <= m["deadline_guarantee_ratio"] <= 1
         assert 0 < m["accuracy_by_deadline"] < 1 and m["bandwidth_cost_gb"] >= 0
         assert m["refused_launches"] == m["refused_migrations"] == 0
-    code, _, err = simulate(capsys, *args, "--json", tmp_path / "b.json")
+    code, _, err = simulate(capsys, *args, "--json-out", tmp_path / "b.json")
     assert code == 0, err
     again = json.loads((tmp_path / "b.json").read_text())
     assert again.pop("speed_model")["kind"] == "table"
@@ -461,10 +461,75 @@ def test_mlf_h_with_mlfs_features_end_to_end(tmp_path, capsys):
         "--cluster",
         "2x8",
         "--quiet",
-        "--json",
+        "--json-out",
         tmp_path / "c.json",
     )
     assert code == 0, err
     plain = json.loads((tmp_path / "c.json").read_text())["mlf-h"]
     assert plain["bandwidth_cost_gb"] is None and plain["accuracy_guarantee_ratio"] is None
     assert plain["jobs_completed"] == 8
+
+
+# --- (e) --json prints the JSON alone on stdout, --json-out writes it; the old --json PATH ----
+
+
+def test_json_prints_on_stdout_what_json_out_writes(tmp_path, capsys):
+    # One 16-GPU job on 2x8: it never waits, so the underload warning comes too (on stderr),
+    # and the progress lines (no --quiet) go to stderr: stdout is the JSON and nothing else.
+    trace = write_trace(tmp_path / "data", WIDE_JOB, model_info=False)
+    trace.with_name("model_info.json").write_text(json.dumps(WIDE_TABLE))
+    out_json = tmp_path / "out" / "metrics.json"
+    code, out, err = simulate(
+        capsys, "--trace", trace, "--cluster", "2x8", "--json", "--json-out", out_json
+    )
+    assert code == 0, err
+    assert out == out_json.read_text()  # the same text, byte for byte
+    report = json.loads(out)
+    assert report.pop("speed_model")["kind"] == "table"
+    assert list(report) == ["fifo"] and report["fifo"]["jobs_completed"] == 1
+    assert "fifo: 100% (1/1 jobs)" in err
+    assert "mlsched simulate: warning: the simulated cluster is underloaded" in err
+
+
+def test_json_alone_writes_no_file_and_json_out_alone_keeps_the_report(tmp_path, capsys):
+    trace = write_trace(tmp_path / "data", WIDE_JOB)
+    code, out, err = simulate(capsys, "--trace", trace, "--cluster", "2x8", "--quiet", "--json")
+    assert code == 0, err
+    assert json.loads(out)["fifo"]["jobs_total"] == 1
+    assert list(tmp_path.rglob("*.json")) == [tmp_path / "data" / "model_info.json"]
+    out_json = tmp_path / "out.json"
+    code, out, err = simulate(
+        capsys, "--trace", trace, "--cluster", "2x8", "--quiet", "--json-out", out_json
+    )
+    assert code == 0, err
+    assert out.splitlines()[0] == "1 jobs on 2x8 GPUs"
+    assert json.loads(out_json.read_text())["fifo"]["jobs_total"] == 1
+
+
+OLD_JSON_ERROR = "`--json` is now a flag that prints to stdout; write a file with --json-out"
+
+
+def test_the_old_json_path_exits_2_naming_json_out(tmp_path):
+    trace = write_trace(tmp_path / "data", WIDE_JOB)
+    proc = run_cli("simulate", "--trace", trace, "--json", "old.json", "--quiet", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr == f"mlsched simulate: error: {OLD_JSON_ERROR} old.json\n"
+    assert not (tmp_path / "old.json").exists()
+
+
+def test_the_old_json_equals_path_exits_2_naming_json_out(tmp_path, capsys):
+    trace = write_trace(tmp_path / "data", WIDE_JOB)
+    with pytest.raises(SystemExit) as stopped:
+        main(["simulate", "--trace", str(trace), "--json=old.json"])
+    assert stopped.value.code == 2
+    assert f"{OLD_JSON_ERROR} old.json" in capsys.readouterr().err
+
+
+def test_a_stray_argument_elsewhere_is_still_unrecognized(tmp_path, capsys):
+    trace = write_trace(tmp_path / "data", WIDE_JOB)
+    with pytest.raises(SystemExit) as stopped:
+        main(["simulate", "stray", "--trace", str(trace), "--json"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: stray" in err and "--json-out" not in err
