@@ -117,13 +117,15 @@ def cmd_submit(args: argparse.Namespace) -> int:
     spec = _spec_to_submit(args)  # validated before credentials are looked for
     with _client(args) as client:
         job = client.submit(spec)
-        if args.json and not args.wait:
-            _print_json(render.job_dict(job))
-        else:
-            print(f"submitted {job.id} ({spec.name})", flush=True)
         if not args.wait:
+            if args.json:
+                _print_json(render.job_dict(job))
+            else:
+                print(f"submitted {job.id} ({spec.name})", flush=True)
             return exitcodes.OK
-        job = wait_for_job(client, job.id, sys.stdout)
+        progress = sys.stderr if args.json else sys.stdout  # --json: stdout is the JSON alone
+        print(f"submitted {job.id} ({spec.name})", file=progress, flush=True)
+        job = wait_for_job(client, job.id, progress)
     if args.json:
         _print_json(render.job_dict(job))
     else:
@@ -204,8 +206,15 @@ def cmd_nodes(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_logs(args: argparse.Namespace) -> int:
+    if args.follow and args.json:  # the log as it grows is text, not one JSON object
+        print("mlsched logs: --json does not go with --follow; drop one of them", file=sys.stderr)
+        return exitcodes.INVALID
+    return _logs(args)
+
+
 @_with_client
-def cmd_logs(client: Any, args: argparse.Namespace) -> int:
+def _logs(client: Any, args: argparse.Namespace) -> int:
     if args.follow:
         follow_logs(client, args.job, args.rank, args.bytes, sys.stdout)
         return exitcodes.OK
