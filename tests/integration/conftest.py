@@ -12,6 +12,11 @@ from mlsched.client import Client
 from mlsched.localcluster import ClusterTiming, LocalCluster
 from mlsched.model import IterationStop, Job, JobSpec, StoppingCriterion
 
+# pytest runs with --import-mode=importlib, which leaves sys.path alone: make the helper module
+# next to this file (elastic_kit.py) importable by the tests here.
+if str(Path(__file__).parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).parent))
+
 DEFAULT_STOP = IterationStop(600)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
