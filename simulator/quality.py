@@ -40,12 +40,20 @@ def _reduction(record: JobRecord):
     return at
 
 
-def quality_metrics(result: SimResult) -> dict:
+def normalised_loss_series(result: SimResult) -> tuple[np.ndarray, np.ndarray] | None:
+    """SLAQ's Fig. 8 line for one policy: the mean normalised loss (1 minus the normalised
+    reduction) of the jobs present, at ``GRID`` instants from the first submission to the
+    makespan; instants without a job are left out. None when no job has a loss curve."""
     curves = [(r, f) for r in result.records if (f := _reduction(r)) is not None]
     if not curves:
-        return {"quality_avg": None, "delay_90_s": None, "delay_95_s": None, **_resizes(result)}
+        return None
+    grid, mean_reduction = _mean_reduction(curves, result.makespan_s)
+    return grid, 1.0 - mean_reduction
+
+
+def _mean_reduction(curves, makespan_s: float) -> tuple[np.ndarray, np.ndarray]:
     start = min(r.job.submit_s for r, _ in curves)
-    grid = np.linspace(start, max(result.makespan_s, start), GRID)
+    grid = np.linspace(start, max(makespan_s, start), GRID)
     total, count = np.zeros(GRID), np.zeros(GRID)
     for record, at in curves:
         end = record.end_s if record.end_s is not None else np.inf
@@ -53,7 +61,15 @@ def quality_metrics(result: SimResult) -> dict:
         total += np.where(present, at(grid), 0.0)
         count += present
     shown = count > 0
-    quality = float(np.mean(total[shown] / count[shown])) if shown.any() else None
+    return grid[shown], total[shown] / count[shown]
+
+
+def quality_metrics(result: SimResult) -> dict:
+    curves = [(r, f) for r in result.records if (f := _reduction(r)) is not None]
+    if not curves:
+        return {"quality_avg": None, "delay_90_s": None, "delay_95_s": None, **_resizes(result)}
+    _, mean_reduction = _mean_reduction(curves, result.makespan_s)
+    quality = float(np.mean(mean_reduction)) if mean_reduction.size else None
     return {
         "quality_avg": quality,
         "delay_90_s": _delays(curves, 0.9),

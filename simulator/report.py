@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from simulator.metrics import CLASS_KEYS, cumulative_busy, first_submit_s
+from simulator.quality import normalised_loss_series
 from simulator.types import SimResult
 
 MAX_POINTS = 2000  # most points drawn per series
@@ -256,16 +257,21 @@ def _class_bars(ax: Any, results: Mapping[str, SimResult]) -> None:
 
 def plot(results: Mapping[str, SimResult], path: str | Path) -> Path:
     """Write a PNG with four panels: JCT CDF per policy (log x), GPU utilisation over time,
-    queueing time CDF, mean JCT per job class. Returns the file written."""
+    queueing time CDF, mean JCT per job class; and, when jobs have loss curves (elastic traces),
+    a fifth: the mean normalised loss of the jobs present over time (SLAQ Fig. 8). Returns the
+    file written."""
     # Imported here so that the JSON and table reports work without matplotlib; the Figure API
     # with the Agg canvas needs no display and leaves pyplot's global state alone.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
-    fig = Figure(figsize=(12, 9), layout="constrained")
+    losses = {name: series for name, r in results.items() if (series := normalised_loss_series(r))}
+    mosaic = [["cdf", "util"], ["queue", "class"]] + ([["loss", "loss"]] if losses else [])
+    fig = Figure(figsize=(12, 9 + 4 * bool(losses)), layout="constrained")
     FigureCanvasAgg(fig)
-    (cdf_ax, util_ax), (queue_ax, class_ax) = fig.subplots(2, 2)
+    axes = fig.subplot_mosaic(mosaic)
+    cdf_ax, util_ax, queue_ax, class_ax = (axes[k] for k in ("cdf", "util", "queue", "class"))
     for name, result in results.items():
         jcts, fraction = jct_cdf(result)
         positive = jcts > 0  # a log axis cannot show a zero JCT
@@ -289,7 +295,18 @@ def plot(results: Mapping[str, SimResult], path: str | Path) -> Path:
     queue_ax.set_title("Queueing time CDF (submission to first start)")
     class_ax.set(ylabel="mean JCT (min)")
     class_ax.set_title("Mean JCT per job class (finished jobs)")
-    for ax in (cdf_ax, util_ax, queue_ax, class_ax):
+    if losses:
+        loss_ax = axes["loss"]
+        origin = min(first_submit_s(results[name]) for name in losses)
+        for name, (times, loss) in losses.items():
+            loss_ax.plot((times - origin) / 3600, loss, label=name)
+        loss_ax.set(
+            xlabel="time since first submission (h)",
+            ylabel="mean normalised loss of the jobs present",
+            ylim=(0, 1.02),
+        )
+        loss_ax.set_title("Normalised loss over time (SLAQ Fig. 8; lower is better)")
+    for ax in axes.values():
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from controller.policy import make_policy
@@ -19,7 +20,8 @@ from simulator.elastic import (
 )
 from simulator.engine import ClusterShape, SimConfig, Simulation
 from simulator.metrics import compute_metrics
-from simulator.quality import quality_metrics
+from simulator.quality import normalised_loss_series, quality_metrics
+from simulator.report import plot
 from simulator.types import ElasticProfile, JobRecord, SimResult, TraceJob
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -222,3 +224,34 @@ def test_critical_batches_fitted_to_the_pollux_curves():
     assert isinstance(profile, BatchProfile) and profile.batch == 512
     assert profile.max_batch == 512 * 16  # lr 5e-4 scaled linearly up to max_lr 0.008
     assert profile.speed(job.gpus, profile.batch) == pytest.approx(1.0)
+
+
+def test_normalised_loss_series_by_hand():
+    # two jobs, loss 1 -> 0 linearly over their work: "a" over [0, 100], "b" over [50, 150]
+    profile = ElasticProfile(1, 2, (1.0, 1.5), ((0.0, 1.0), (1.0, 0.0)))
+    records = [
+        JobRecord(
+            TraceJob(name, "", start, 100.0, 1, elastic=profile),
+            first_start_s=start,
+            end_s=start + 100.0,
+            progress=[(start, 0.0), (start + 100.0, 100.0)],
+        )
+        for name, start in (("a", 0.0), ("b", 50.0))
+    ]
+    times, loss = normalised_loss_series(SimResult("p", 2, records, makespan_s=150.0))
+    assert times[0] == 0.0 and times[-1] < 150.0  # no job is present at the makespan
+    at = lambda t: float(np.interp(t, times, loss))  # noqa: E731
+    assert at(25.0) == pytest.approx(0.75, abs=1e-3)  # "a" alone, a quarter done
+    assert at(75.0) == pytest.approx((0.25 + 0.75) / 2, abs=1e-3)  # both present
+    assert at(125.0) == pytest.approx(0.25, abs=1e-3)  # "b" alone, three quarters done
+
+
+def test_the_plot_shows_normalised_loss_when_jobs_have_curves(tmp_path: Path):
+    profile = ElasticProfile(1, 2, (1.0, 1.5), ((0.0, 1.0), (1.0, 0.0)))
+    job = TraceJob("a", "", 0.0, 100.0, 1, elastic=profile)
+    record = JobRecord(job, first_start_s=0.0, end_s=100.0, progress=[(0.0, 0.0), (100.0, 100.0)])
+    with_curve = plot({"p": SimResult("p", 2, [record], makespan_s=100.0)}, tmp_path / "q.png")
+    plain = JobRecord(TraceJob("b", "", 0.0, 100.0, 1), first_start_s=0.0, end_s=100.0)
+    without = plot({"p": SimResult("p", 2, [plain], makespan_s=100.0)}, tmp_path / "n.png")
+    height = lambda png: int.from_bytes(png.read_bytes()[20:24], "big")  # noqa: E731 (IHDR)
+    assert height(with_curve) > height(without)  # the fifth panel: normalised loss over time
