@@ -22,11 +22,14 @@ def test_slaq_moves_a_gpu_at_a_lease_boundary_to_the_job_whose_loss_still_falls(
     # One node of 4 GPUs, started once the three jobs wait: they launch in one cycle, so their
     # leases end at the same boundary. "plateau" (a 4-unit model, a large learning rate) has
     # learned what it can within the first lease and starts on the 2 GPUs it asks for; the
-    # "falling" ones (a small learning rate) have not, and start on one GPU each.
+    # "falling" ones (a small learning rate) have not, and start on one GPU each. Their rate,
+    # 1e-5, keeps them far from their floor at the boundary however fast this machine trains:
+    # at 1e-4 an unloaded run had them near it by then (accuracy 0.99 later), SLAQ saw no gain
+    # worth a move, and the test waited out its 600 s.
     cluster = make_cluster(SLAQ_TIMING, nodes={}, policy="slaq")
     plateau = loss_job(example_spec, "plateau", 2, "--hidden", "4", "--lr", "0.01")
     falling = [
-        loss_job(example_spec, f"falling-{i}", 1, "--lr", "0.0001", "--seed", str(i))
+        loss_job(example_spec, f"falling-{i}", 1, "--lr", "0.00001", "--seed", str(i))
         for i in (1, 2)
     ]
     with cluster.client() as client:
