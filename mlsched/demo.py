@@ -408,13 +408,18 @@ _SUMMARY_COLUMNS = [
 ]
 
 
+def _resume_text(r: ResumeRecord) -> str:
+    """One suspension as the summary shows it; one never resumed (the story stopped the job
+    while it waited: it completed from that checkpoint) says so."""
+    where = f"step {r.checkpoint_step} {','.join(r.from_nodes)}"
+    if r.resumed_at is None:
+        return f"{where} -> not resumed (stopped while suspended)"
+    return f"{where} -> {','.join(r.to_nodes) or '?'} @ {r.restored_step}"
+
+
 def _summary_row(job: Job) -> list[Any]:
     acc = job.metrics.get("accuracy")
-    resumes = "; ".join(
-        f"step {r.checkpoint_step} {','.join(r.from_nodes)} -> "
-        f"{','.join(r.to_nodes) or '?'} @ {r.restored_step}"
-        for r in job.resumes
-    )
+    resumes = "; ".join(_resume_text(r) for r in job.resumes)
     return [
         job.id,
         job.spec.name,
