@@ -41,7 +41,7 @@ def _reduction(record: JobRecord):
 
 
 def normalised_loss_series(result: SimResult) -> tuple[np.ndarray, np.ndarray] | None:
-    """SLAQ's Fig. 8 line for one policy: the mean normalised loss (1 minus the normalised
+    """SLAQ's Fig. 7a line for one policy: the mean normalised loss (1 minus the normalised
     reduction) of the jobs present, at ``GRID`` instants from the first submission to the
     makespan; instants without a job are left out. None when no job has a loss curve."""
     curves = [(r, f) for r in result.records if (f := _reduction(r)) is not None]

@@ -258,7 +258,7 @@ def _class_bars(ax: Any, results: Mapping[str, SimResult]) -> None:
 def plot(results: Mapping[str, SimResult], path: str | Path) -> Path:
     """Write a PNG with four panels: JCT CDF per policy (log x), GPU utilisation over time,
     queueing time CDF, mean JCT per job class; and, when jobs have loss curves (elastic traces),
-    a fifth: the mean normalised loss of the jobs present over time (SLAQ Fig. 8). Returns the
+    a fifth: the mean normalised loss of the jobs present over time (SLAQ Fig. 7a). Returns the
     file written."""
     # Imported here so that the JSON and table reports work without matplotlib; the Figure API
     # with the Agg canvas needs no display and leaves pyplot's global state alone.
@@ -305,7 +305,7 @@ def plot(results: Mapping[str, SimResult], path: str | Path) -> Path:
             ylabel="mean normalised loss of the jobs present",
             ylim=(0, 1.02),
         )
-        loss_ax.set_title("Normalised loss over time (SLAQ Fig. 8; lower is better)")
+        loss_ax.set_title("Normalised loss over time (SLAQ Fig. 7a; lower is better)")
     for ax in axes.values():
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
