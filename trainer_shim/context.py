@@ -394,8 +394,9 @@ class JobContext:
             self.env = replace(self.env, world_size=world_size)
         if master_port is not None:
             self.env = replace(self.env, master_port=master_port)
-        if world_size is not None:  # a new group: every rank of it exchanges at its next call
-            self._step_sync.reset()
+        if world_size is not None:  # a new group: its ranks (a joining one included) pace
+            self._step_sync.reset()  # the exchanges on the first question each asks next
+            self._sync_driver = None
         self._metrics["regroup_generation"] = float(generation)
 
     @property
@@ -494,8 +495,10 @@ class JobContext:
 
     def _local_answers(self) -> list[int]:
         """This rank's answers, for an exchange (a batch request is taken only here: between
-        exchanges it waits in the control state)."""
-        batch = self._control.take_batch_size() if self.rank == 0 else None
+        exchanges it waits in the control state; another rank's is dropped, rank 0's applies)."""
+        batch = self._control.take_batch_size()
+        if self.rank != 0:
+            batch = None
         return [
             int(self._local_stop_reason() is not None),
             int(self._local_suspend_reason() is not None),
