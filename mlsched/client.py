@@ -257,19 +257,26 @@ class Client:
         """Events after ``after_seq``; with ``follow`` the iterator waits for new ones. With
         several controller addresses a stream the controller ended UNAVAILABLE (it died, or is
         a standby) goes on at the leader from the last event received: the controllers share
-        the events and their numbers."""
+        the events and their numbers. A stream refused for the user's request rate is opened
+        again after each of ``RATE_RETRY_DELAYS_S``, as a unary call is, from the last event
+        received."""
         tried = 0
+        rate_waits = iter(RATE_RETRY_DELAYS_S)
         while True:
             request = jobs_pb2.WatchEventsRequest(after_seq=after_seq, job_id=job_id, follow=follow)
             stream = self._stub.WatchEvents(request, metadata=self._metadata, timeout=timeout_s)
             try:
                 for reply in stream:
                     tried = 0
+                    rate_waits = iter(RATE_RETRY_DELAYS_S)
                     event = serde.event_from_proto(reply.event)
                     after_seq = event.seq
                     yield event
                 return
             except grpc.RpcError as exc:
+                if rate_limited(exc) and (delay_s := next(rate_waits, None)) is not None:
+                    self._sleep(delay_s)
+                    continue
                 tried += 1
                 if not self._follow(exc, tried):
                     raise

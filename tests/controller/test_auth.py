@@ -438,3 +438,31 @@ def test_the_client_waits_out_its_request_rate_and_every_call_goes_through(tmp_p
         slow.close()
     assert answers == [[]] * 10
     assert waits  # alice's 4th call onwards came back refused at least once and was resent
+
+
+def test_an_event_stream_refused_for_the_rate_is_opened_again(tmp_path: Path) -> None:
+    # A bucket of 2 refilled at 1 per second: the raw stub's 3rd stream is refused; the
+    # client's events() waits and opens it again, and every event arrives once, in order.
+    slow = Cluster(tmp_path / "state", UserLimits(requests_per_s=1.0, burst=2.0))
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    try:
+        raw = slow.jobs("mallory")
+        request = jobs_pb2.WatchEventsRequest()
+        for _ in range(2):
+            list(raw.WatchEvents(request, timeout=WAIT_S))
+        err = rpc_error(lambda: list(raw.WatchEvents(request, timeout=WAIT_S)))
+        assert err.code() == Code.RESOURCE_EXHAUSTED and rate_limited(err)
+        with Client(
+            slow.controller.address, credentials=slow.bundle(USER, "alice"), sleep=sleep
+        ) as client:
+            runs = [[e.seq for e in client.events()] for _ in range(4)]
+    finally:
+        slow.close()
+    assert runs[0] and all(run == runs[0] for run in runs)
+    assert runs[0] == sorted(set(runs[0]))
+    assert waits  # a stream came back refused at least once and was opened again
