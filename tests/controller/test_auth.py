@@ -414,16 +414,25 @@ def test_another_users_failed_job_shows_no_lines_of_its_log(cluster: Cluster) ->
     assert "key=hf_secret" in texts(root)
 
 
-def test_the_client_waits_out_its_request_rate_and_every_call_goes_through(tmp_path: Path) -> None:
-    # A bucket of 3 refilled at 2 per second: the raw stub is refused at its 4th call, the
-    # client (which sends a rate-refused call again after a wait) gets all 10 answers.
-    slow = Cluster(tmp_path / "state", UserLimits(requests_per_s=2.0, burst=3.0))
+def rate_limited_cluster(
+    tmp_path: Path, requests_per_s: float, burst: float
+) -> tuple[Cluster, list[float], Callable[[float], None]]:
+    """A cluster whose users get ``burst`` requests refilled at ``requests_per_s``, the list of
+    the client's waits, and the sleep that records them."""
     waits: list[float] = []
 
     def sleep(seconds: float) -> None:
         waits.append(seconds)
         time.sleep(seconds)
 
+    limits = UserLimits(requests_per_s=requests_per_s, burst=burst)
+    return Cluster(tmp_path / "state", limits), waits, sleep
+
+
+def test_the_client_waits_out_its_request_rate_and_every_call_goes_through(tmp_path: Path) -> None:
+    # A bucket of 3 refilled at 2 per second: the raw stub is refused at its 4th call, the
+    # client (which sends a rate-refused call again after a wait) gets all 10 answers.
+    slow, waits, sleep = rate_limited_cluster(tmp_path, requests_per_s=2.0, burst=3.0)
     try:
         raw = slow.jobs("mallory")
         for _ in range(3):
@@ -443,13 +452,7 @@ def test_the_client_waits_out_its_request_rate_and_every_call_goes_through(tmp_p
 def test_an_event_stream_refused_for_the_rate_is_opened_again(tmp_path: Path) -> None:
     # A bucket of 2 refilled at 1 per second: the raw stub's 3rd stream is refused; the
     # client's events() waits and opens it again, and every event arrives once, in order.
-    slow = Cluster(tmp_path / "state", UserLimits(requests_per_s=1.0, burst=2.0))
-    waits: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        time.sleep(seconds)
-
+    slow, waits, sleep = rate_limited_cluster(tmp_path, requests_per_s=1.0, burst=2.0)
     try:
         raw = slow.jobs("mallory")
         request = jobs_pb2.WatchEventsRequest()
