@@ -74,10 +74,6 @@ class PacedExchange:
         """Calls from one sync call to the next, as last agreed."""
         return self._interval
 
-    def due(self) -> bool:
-        """Whether the next `poll` is a sync call (a collective on every rank)."""
-        return self._calls_left == 0
-
     def poll(
         self, values: Callable[[], Sequence[int]], *, horizon: int | None = None
     ) -> list[int] | None:
@@ -89,7 +85,7 @@ class PacedExchange:
             self._calls_left -= 1
             return None
         proposal = self._proposal() if self._is_rank0 else 0
-        if proposal and horizon is not None:
+        if self._is_rank0 and horizon is not None:
             proposal = max(1, min(proposal, horizon))
         agreed = self._exchange([*values(), proposal])
         self._interval = max(1, min(self._max_interval, int(agreed[-1])))
