@@ -153,8 +153,10 @@ def batch_metrics(
 ) -> Mapping[str, float]:
     """A scheduler-batched job's metrics: ``reported`` (its loss at the last epoch's end) plus
     ``samples`` processed, completed ``epoch``s, ``epoch_size``, ``initial_loss``, validation
-    ``accuracy`` after ``fraction`` of its work, ``batch_size`` and, training on ``gpus`` > 0
-    GPUs, the measured ``throughput`` (samples per second)."""
+    ``accuracy`` after ``fraction`` of its work, ``batch_size``, the gradient noise scale
+    ``grad_noise_scale`` (= B_crit, with which E(b0) / E(b) is Pollux's efficiency
+    (phi + b0) / (phi + b); absent when B_crit is infinite) and, training on ``gpus`` > 0 GPUs,
+    the measured ``throughput`` (samples per second)."""
     out = dict(reported)
     out["samples"] = samples
     out["epoch_size"] = float(profile.epoch)
@@ -163,6 +165,8 @@ def batch_metrics(
     if profile.accuracy:
         out["accuracy"] = ElasticProfile(0, 0, (), profile.accuracy).loss_at(fraction)
     out["batch_size"] = float(batch)
+    if not math.isinf(profile.critical):  # Pollux §3.1: the gradient noise scale phi
+        out["grad_noise_scale"] = profile.critical
     if gpus:
         out["throughput"] = profile.throughput(gpus, batch)
     return MappingProxyType(out)

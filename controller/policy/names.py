@@ -19,6 +19,7 @@ POLICY_NAMES = (
     "ones",
     "optimus",
     "oracle",
+    "pollux",
     "slaq",
     "slaq-maxmin",
     "srtf",

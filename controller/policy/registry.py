@@ -20,6 +20,7 @@ from controller.policy.names import DEFAULT_POLICY, available_policies
 from controller.policy.ones import OnesPolicy
 from controller.policy.optimus import OptimusPolicy
 from controller.policy.overload import AnswersOverloadRequests
+from controller.policy.pollux import PolluxPolicy
 from controller.policy.slaq import SlaqPolicy
 from controller.policy.srtf import SrtfPolicy
 from controller.policy.themis import ThemisPolicy
@@ -69,6 +70,10 @@ class _Optimus(AnswersOverloadRequests, OptimusPolicy):
     pass
 
 
+class _Pollux(AnswersOverloadRequests, PolluxPolicy):
+    pass
+
+
 class _UniSched(AnswersOverloadRequests, UniSchedPolicy):
     """Until UniSched plans requests itself (``docs/policies.md``, *Overload requests*)."""
 
@@ -88,6 +93,7 @@ _FACTORIES: dict[str, Callable[[], Policy]] = {
     "fair": _Fair,
     "ones": _Ones,  # ONES (Bian et al.; docs/ones.md): evolutionary batch-size search
     "optimus": _Optimus,  # Optimus as ONES used it: greedy marginal gain every 10 minutes
+    "pollux": _Pollux,  # Pollux (Qiao et al., OSDI 2021; docs/pollux.md): goodput GA
     "chic-ar": lambda: _chic_ar(),  # Chic (docs/chic.md) on all-reduce jobs, as ONES adapted it
     "chic": lambda: _chic(),  # Chic's PS counts live, all-reduce jobs as chic-ar (docs/chic.md)
     "mlf-h": MlfhPolicy,  # MLFS §3.3, without MLF-C
