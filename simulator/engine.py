@@ -44,6 +44,7 @@ from controller.policy.base import (
     needs_job_truth,
 )
 from controller.policy.mlfs.jobs import task_graph
+from controller.policy.retreat import RETREAT_REASONS
 from mlsched.model import (
     BatchRule,
     ElasticSpec,
@@ -52,6 +53,7 @@ from mlsched.model import (
     JobState,
     MetricGoal,
     MlfsSpec,
+    OverloadRetreat,
     SpeedSample,
     TargetMetricStop,
 )
@@ -226,7 +228,7 @@ class _Job:
             "sr_overhead_s": None,
             "losses": (),
             "migration_requested": False,
-            "overload_retreat": None,  # the simulator records no overload returns
+            "overload_retreat": None,  # set by an overload retreat, cleared by the next launch
             "resource_usage": _NO_METRICS,
             "truth": None,
         }
@@ -552,6 +554,8 @@ class Simulation:
         for item in decision.suspend:
             job = self._active.get(item.job_id)
             if job is not None:
+                if item.reason in RETREAT_REASONS:
+                    self._record_retreat(job)
                 self._suspend(job)
                 handled.add(job.trace.id)
         for item in decision.migrate:
@@ -711,6 +715,7 @@ class Simulation:
         fields["state"] = JobState.RUNNING
         fields["attempt"] = job.attempt
         fields["placement"] = placement
+        fields["overload_retreat"] = None  # it runs again: the nodes it left are not kept from it
         fields["running_since"] = now
         fields["training_since"] = job.progress_from
         fields["lease_expires_at"] = now + lease_s
@@ -718,6 +723,24 @@ class Simulation:
             self._occupy(job)
         finish = job.progress_from + job.remaining / job.speed
         self._push(finish, _FINISH, self._index(job), job.version)
+
+    def _record_retreat(self, job: _Job) -> None:
+        """What the controller records when an overload request sends a job back to the queue
+        (``controller/retreats.py``): the nodes it leaves, its load per task on each (the
+        modelled demand shares, what an agent there would measure; none without a demand) and
+        the time, so :func:`~controller.policy.retreat.keep_off` keeps it off them."""
+        nodes = tuple(dict.fromkeys(p.node_id for p in job.placement))
+        demand = job.trace.demand
+        per_task: dict[str, float] = {}
+        if demand is not None:
+            shares = demand.shares(job.spec.gpus_per_process, len(self._all_gpus))
+            per_task = dict(zip(RESOURCES, shares, strict=True))
+        job.fields["overload_retreat"] = OverloadRetreat(
+            nodes=nodes,
+            demand={n: MappingProxyType(per_task) for n in nodes if per_task},
+            at=self._now,
+        )
+        job.record.overload_retreats += 1
 
     def _suspend(self, job: _Job) -> None:
         now = self._now

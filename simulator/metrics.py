@@ -243,7 +243,8 @@ def mlfs_metrics(result: SimResult) -> dict:
     * ``migrations_per_job`` (``Decision.migrate`` orders carried out),
       ``resumed_elsewhere_per_job`` (resumptions on other nodes than the attempt before: how
       policies without migrations, such as UniSched, move jobs), ``jobs_stopped`` (MLF-C
-      early stops), ``refused_migrations``.
+      early stops), ``overload_retreats`` (jobs an overload sent back to the queue with no host
+      to move to: ``controller.policy.retreat.RETREAT_REASONS``), ``refused_migrations``.
     """
     records = result.records
     reached = [r.accuracy_by_deadline for r in records if r.accuracy_by_deadline is not None]
@@ -276,6 +277,7 @@ def mlfs_metrics(result: SimResult) -> dict:
             sum(r.resumed_elsewhere for r in records) / len(records) if records else None
         ),
         "jobs_stopped": sum(r.stopped for r in records),
+        "overload_retreats": sum(r.overload_retreats for r in records),
         "refused_migrations": result.refused_migrations,
     }
 

@@ -123,6 +123,7 @@ ROWS: list[tuple[str, tuple[str, ...], Format]] = [
     ("Decision max (ms)", ("decision_time_s", "max"), MILLIS),
     ("Decision cycles", ("decision_time_s", "cycles"), COUNT),
     ("Refused launches", ("refused_launches",), COUNT),
+    ("Overload retreats", ("overload_retreats",), COUNT),
     ("Refused migrations", ("refused_migrations",), COUNT),
 ]
 

@@ -134,6 +134,7 @@ class JobRecord:
     stopped: bool = False  # ended by a Stop order (MLF-C) rather than its stopping criterion
     migrations: int = 0
     resumed_elsewhere: int = 0  # resumptions on other nodes than the attempt before
+    overload_retreats: int = 0  # sent back to the queue by an overload with no host to move to
     bandwidth_gb: float = 0.0  # sent between servers (MLFS Eq. 1's B_{n_i, n_j})
     resizes: int = 0  # Decision.resize orders carried out
     # (time, work seconds done) whenever progress changed course; linear in between

@@ -139,6 +139,20 @@ def wait_until(predicate, timeout: float) -> None:
         time.sleep(0.1)
 
 
+def wait_for_request(cluster, client, timeout_s: float = 60.0):
+    """The first ``migration_requested`` event; on a timeout the error carries what node-a's
+    agent logged and the events so far, so a failure says where the request was lost."""
+    try:
+        return cluster.wait_for_event(
+            lambda e: e.kind == "migration_requested", timeout_s=timeout_s
+        )
+    except TimeoutError as exc:
+        log = cluster.root / "node-a.log"
+        tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no node-a.log)"
+        feed = "\n".join(f"{e.kind} {e.job_id} {e.message}" for e in client.events(after_seq=0))
+        raise TimeoutError(f"{exc}\nevents:\n{feed}\nnode-a.log tail:\n{tail}") from None
+
+
 def relieved(cluster, node_id: str) -> bool:
     """Whether the node's agent found its load back at or under the clear mark (< h_r)."""
     log = cluster.root / f"{node_id}.log"
@@ -198,7 +212,7 @@ def test_overloaded_node_moves_the_euclidean_choice_to_the_other_node(
         cluster.wait_for_nodes({"node-b"})
 
         go.touch()  # grower allocates: node-a's memory goes over h_r
-        requested = cluster.wait_for_event(lambda e: e.kind == "migration_requested", timeout_s=60)
+        requested = wait_for_request(cluster, client)
         done = wait_job(cluster, client, mover.id, ended, timeout_s=180)
         wait_until(lambda: relieved(cluster, "node-a"), timeout=60.0)
         grower_now, grower_tasks = client.get(grower.id)
@@ -310,7 +324,7 @@ def test_the_agent_names_the_lower_priority_of_two_equal_tasks(
         cluster.wait_for_nodes({"node-b"})
 
         go.touch()
-        requested = cluster.wait_for_event(lambda e: e.kind == "migration_requested", timeout_s=60)
+        requested = wait_for_request(cluster, client)
         moved = early if policy == "mlfs" else late
         done = wait_job(cluster, client, moved.id, ended, timeout_s=240)
         wait_until(lambda: relieved(cluster, "node-a"), timeout=60.0)

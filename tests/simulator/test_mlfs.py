@@ -12,7 +12,16 @@ import pytest
 
 from controller.placement import TaskPlacement
 from controller.policy import make_policy
-from controller.policy.base import ClusterSnapshot, Decision, Launch, Migrate, Renew, Stop
+from controller.policy.base import (
+    ClusterSnapshot,
+    Decision,
+    Launch,
+    Migrate,
+    Renew,
+    Stop,
+    Suspend,
+)
+from controller.policy.retreat import NO_HOST, keep_off
 from mlsched.model import Deadline, MlfsSpec, StopOption
 from simulator.engine import ClusterShape, SimConfig, Simulation
 from simulator.metrics import compute_metrics, mlfs_metrics
@@ -282,6 +291,7 @@ def test_mlfs_metrics_by_hand() -> None:
     records[3].migrations = 2
     records[0].resumed_elsewhere = 3
     records[1].stopped = True
+    records[1].overload_retreats = 2
     result = SimResult("p", 8, records, refused_migrations=1)
     assert mlfs_metrics(result) == pytest.approx(
         {
@@ -292,6 +302,7 @@ def test_mlfs_metrics_by_hand() -> None:
             "migrations_per_job": 0.5,
             "resumed_elsewhere_per_job": 0.75,  # 3 over 4 jobs
             "jobs_stopped": 1,
+            "overload_retreats": 2,
             "refused_migrations": 1,
         }
     )
@@ -349,3 +360,50 @@ def test_mlfs_features_are_drawn_deterministically_within_their_ranges() -> None
     assert all(j.mlfs is not None and j.mlfs.required_accuracy is None for j in none)
     assert [j.id for j in none] == ["j0", "j1", "j2"]
     assert replace(none[0], mlfs=None, demand=None) == jobs[0]
+
+
+# --- overload retreats (docs/overload.md, *No ping-pong*) ----------------------------------------
+
+
+class SendsBack:
+    """Wants every queued job on n000 (``a`` on GPU 0, ``b`` on GPU 1) and, once ``b`` runs at
+    300 s or later, sends it back to the queue with the no-host answer; its cycle goes through
+    :func:`keep_off` as every policy's does. Keeps the retreats it sees on queued jobs."""
+
+    name = "sends-back"
+
+    def __init__(self) -> None:
+        self.sent = False
+        self.retreats: list[tuple[float, object]] = []
+
+    def decide(self, s: ClusterSnapshot) -> Decision:
+        return keep_off(self._decide, s, 0.9)
+
+    def _decide(self, s: ClusterSnapshot) -> Decision:
+        self.retreats += [(s.now, v.overload_retreat) for v in s.queued if v.overload_retreat]
+        launch = tuple(Launch(v.id, on("n000", 0 if v.id == "a" else 1), 300.0) for v in s.queued)
+        renew = tuple(Renew(v.id, 300.0) for v in s.expired())
+        suspend = ()
+        if not self.sent and s.now >= 300 and any(v.id == "b" for v in s.active):
+            self.sent, suspend = True, (Suspend("b", NO_HOST),)
+        return Decision(launch=launch, renew=renew, suspend=suspend)
+
+
+def test_a_job_sent_back_by_an_overload_is_kept_off_the_node_it_left() -> None:
+    # a holds memory 0.5 of n000, b 0.6: together 1.1 > h_r 0.9. b is sent back at 300 s and
+    # released 4 s later; the simulator records its retreat as the controller does: n000, its
+    # per-task load there (memory 0.6) and the time. Asked onto n000 again, where a's 0.5 +
+    # b's 0.6 = 1.1 > 0.9, keep_off places it on n001 instead, and the launch clears the mark.
+    def loaded(memory: float) -> ResourceDemand:
+        return ResourceDemand(0.5, 0.05, memory, 0.05)
+
+    policy = SendsBack()
+    jobs = [job("a", 1, 5000, demand=loaded(0.5)), job("b", 1, 1000, demand=loaded(0.6))]
+    result, r = run(jobs, policy, ClusterShape(2, 2))
+    (at, retreat), *_ = policy.retreats
+    assert retreat.nodes == ("n000",) and retreat.at == 300
+    assert retreat.demand["n000"]["memory"] == pytest.approx(0.6)
+    assert r["b"].overload_retreats == 1 and r["b"].suspensions == 1
+    assert r["b"].resumed_elsewhere == 1  # on n001, not back on n000
+    assert mlfs_metrics(result)["overload_retreats"] == 1
+    assert all(when == at for when, _ in policy.retreats)  # cleared by the launch
