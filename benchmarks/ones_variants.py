@@ -6,6 +6,9 @@ cost side by side, with where each policy's time after a job's first start goes
         [--policy ones,optimus,tiresias,fair,fifo] [--pauses measured,1] [--no-epoch-gate]
         [--seed N]
 
+``pollux`` (docs/pollux.md) may be named among the policies; ``--seed`` seeds ONES' and
+Pollux's generators alike.
+
 ``--pauses``: each entry is one world every policy runs in: ``measured`` (a suspension,
 resumption or GPU-count change costs the job model's 4 s + 20 s + 0.36 s/GPU) or a number of
 seconds ``S`` that every such pause costs in all (ONES' in-place scaling, §3.3.1: about 1 s).
@@ -33,6 +36,7 @@ from pathlib import Path
 from controller.policy import make_policy
 from controller.policy.base import ClusterSnapshot, Decision
 from controller.policy.ones import OnesPolicy
+from controller.policy.pollux import PolluxPolicy
 from simulator.elastic import LOADERS, BatchProfile, ElasticJobModel, data_folder
 from simulator.engine import ClusterShape, SimConfig, Simulation
 from simulator.types import JobRecord
@@ -118,6 +122,8 @@ def run(jobs, name: str, gpus: int, pause: str, no_gate: bool, seed: int) -> str
         policy = OnesPolicy(seed=seed)
         if no_gate:
             policy._due = lambda snapshot: True  # type: ignore[method-assign]
+    elif isinstance(policy, PolluxPolicy):
+        policy = PolluxPolicy(seed=seed)
     recorder = Recorder(policy)
     model = ElasticJobModel(**costs)
     result = Simulation(jobs, recorder, ClusterShape(gpus // 4, 4), model, SimConfig()).run()
@@ -128,6 +134,8 @@ def run(jobs, name: str, gpus: int, pause: str, no_gate: bool, seed: int) -> str
     jct = sum(r.jct_s for r in done) / n
     wait = sum(r.queue_s for r in done) / n
     deployed = f", {policy.deployments} deployments" if isinstance(policy, OnesPolicy) else ""
+    if isinstance(policy, PolluxPolicy):
+        deployed = f", {policy.rounds} rounds"
     refused = result.refused_launches + result.refused_resizes
     first = min(j.submit_s for j in jobs)
     last = max((r.end_s for r in done), default=first)

@@ -73,8 +73,8 @@ class PolluxPolicy:
         self,
         seed: int = 0,
         interval_s: float = INTERVAL_S,
-        population: int = 24,
-        generations: int = 12,
+        population: int = 48,
+        generations: int = 24,
         mutation_rate: float = 0.05,
         name: str = "pollux",
     ) -> None:
