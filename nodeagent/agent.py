@@ -18,7 +18,7 @@ from nodeagent.clock import Clock, SystemClock
 from nodeagent.config import AgentConfig, ConfigError
 from nodeagent.controller_link import ControllerLink
 from nodeagent.events import EventLoop, PeriodicEvent
-from nodeagent.gpus import GpuBackend, detect_gpus
+from nodeagent.gpus import GpuBackend, SlicedGpus, detect_gpus
 from nodeagent.http_metrics import AgentMetrics
 from nodeagent.metrics import NodeMetricsSampler, TaskMetricsSampler
 from nodeagent.model import (
@@ -131,12 +131,15 @@ class NodeAgent:
         self._lock_state_dir()
         try:
             self._gpus = self._gpus_override or detect_gpus(cfg.gpus)
+            if cfg.gpu_slices > 1:  # docs/overload.md, "GPU sharing"
+                self._gpus = SlicedGpus(self._gpus, cfg.gpu_slices)
             infos = self._gpus.infos()
             node = NodeShape(
                 node_id=cfg.node_id,
                 virtual_gpu_indices=self._gpus.virtual_indices(),
                 gpu_slots=len(infos),
                 cpu_count=os.cpu_count() or 1,
+                gpu_slices=cfg.gpu_slices,
             )
             self._tasks = TaskManager(
                 paths=paths,
@@ -217,10 +220,12 @@ class NodeAgent:
             raise
         self._started = True
         log.info(
-            "node agent %s started: %d GPU slot(s) (%d virtual), controller %s, state in %s",
+            "node agent %s started: %d GPU slot(s) (%d virtual, %d per GPU), controller %s, "
+            "state in %s",
             cfg.node_id,
             len(infos),
             len(self._gpus.virtual_indices()),
+            cfg.gpu_slices,
             cfg.controller,
             paths.state_dir,
         )
@@ -305,6 +310,7 @@ class NodeAgent:
             scope=self._config.load_scope,
             virtual_gpus=self._gpus.virtual_indices(),
             priorities=self.priorities.ranked(running),
+            gpu_slices=self._config.gpu_slices,
         )
         self.last_load = load
         link = self._link

@@ -81,6 +81,15 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         "finds none (default: every NVML GPU)",
     )
     parser.add_argument(
+        "--gpu-slices",
+        dest="agent_gpu_slices",
+        type=int,
+        default=1,
+        metavar="K",
+        help="offer each GPU as K time-sliced slots: a task holding one slot gets 1/K of a GPU, "
+        "shared with the tasks on its other slots (default: 1, every GPU whole)",
+    )
+    parser.add_argument(
         "--advertise-address",
         dest="agent_advertise_address",
         metavar="HOST",
@@ -293,6 +302,7 @@ def config_from_args(args: argparse.Namespace) -> AgentConfig:
         checkpoint_root=args.agent_checkpoint_root,
         advertise_address=args.agent_advertise_address,
         gpus=args.agent_gpus,
+        gpu_slices=args.agent_gpu_slices,
         metrics_interval_s=args.agent_metrics_interval,
         suspend_grace_s=args.agent_suspend_grace,
         suspend_save_extension_s=args.agent_suspend_save_extension,

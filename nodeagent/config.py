@@ -47,6 +47,8 @@ class AgentConfig:
             task runs here). The default 127.0.0.1 only works for a single-machine cluster.
         gpus: ``None``: use the GPUs NVML finds (error when there are none). ``N``: with NVML GPUs,
             use the first N of them; without, run N virtual slots (tasks train on CPU).
+        gpu_slices: K, each GPU offered to the controller as K time-sliced slots (slot ``s`` is
+            on GPU ``s // K``; docs/overload.md, "GPU sharing"). 1: every GPU whole.
         metrics_interval_s: MetricsReport period; the report is also the heartbeat.
         suspend_grace_s: default grace of a suspension when the controller gives none: SuspendNow,
             then SIGTERM after the grace, then SIGKILL after the same grace again.
@@ -92,6 +94,7 @@ class AgentConfig:
     checkpoint_root: Path | None = None
     advertise_address: str = "127.0.0.1"
     gpus: int | None = None
+    gpu_slices: int = 1
     metrics_interval_s: float = 5.0
     suspend_grace_s: float = 30.0
     kill_grace_s: float = 5.0
@@ -126,6 +129,8 @@ class AgentConfig:
             raise ConfigError(f"invalid node id {self.node_id!r}")
         if self.gpus is not None and self.gpus < 0:
             raise ConfigError("--gpus must be >= 0")
+        if self.gpu_slices < 1:
+            raise ConfigError("--gpu-slices must be >= 1")
         for name in (
             "metrics_interval_s",
             "task_poll_interval_s",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
+from dataclasses import replace
 from types import ModuleType
 from typing import Any, Protocol
 
@@ -161,6 +162,55 @@ class CombinedGpus:
         """Close both parts."""
         for part in self._parts:
             part.close()
+
+
+def physical_indices(slots: Iterable[int], slices: int = 1) -> tuple[int, ...]:
+    """The physical GPUs behind ``slots`` (slot ``s`` is on GPU ``s // slices``), each once, in
+    the order of their first slot."""
+    per = max(1, slices)
+    return tuple(dict.fromkeys(s // per for s in slots))
+
+
+class SlicedGpus:
+    """Every GPU of ``inner`` offered as ``slices`` time-sliced slots (``--gpu-slices``).
+
+    Slot ``s`` is on GPU ``s // slices`` of ``inner``, so ``inner``'s indices must start at 0
+    (as :func:`detect_gpus` gives them). Each slot reports its GPU's name, virtual flag and whole
+    memory, and samples as its GPU: every slot of a GPU carries that GPU's utilisation and
+    memory. A virtual GPU's slots are virtual.
+    """
+
+    def __init__(self, inner: GpuBackend, slices: int) -> None:
+        if slices < 1:
+            raise GpuConfigError("--gpu-slices must be >= 1")
+        self._inner = inner
+        self.slices = slices
+
+    def _slots(self, index: int) -> range:
+        return range(index * self.slices, (index + 1) * self.slices)
+
+    def virtual_indices(self) -> frozenset[int]:
+        """The slots of the virtual GPUs."""
+        return frozenset(s for i in self._inner.virtual_indices() for s in self._slots(i))
+
+    def infos(self) -> list[GpuInfo]:
+        """``slices`` slots per GPU, each described as its GPU."""
+        return [
+            replace(info, index=s) for info in self._inner.infos() for s in self._slots(info.index)
+        ]
+
+    def metrics(self, busy: Collection[int]) -> list[GpuMetrics]:
+        """Every GPU's sample (busy when a task holds one of its slots), once per slot."""
+        samples = self._inner.metrics(set(physical_indices(busy, self.slices)))
+        return [replace(m, index=s) for m in samples for s in self._slots(m.index)]
+
+    def process_memory(self) -> dict[int, int]:
+        """Per-process memory of the GPUs."""
+        return self._inner.process_memory()
+
+    def close(self) -> None:
+        """Close the GPUs."""
+        self._inner.close()
 
 
 def _load_nvml() -> ModuleType:

@@ -21,12 +21,19 @@ Load (:func:`measure_load`): shares (0-1) of this agent's capacities per resourc
   counters, loopback peers left out). Where those counters cannot be read (not Linux, an old
   kernel, netlink refused; logged once) the node's non-loopback rate is split equally among
   the running tasks.
-- **GPUs**: a real GPU's utilisation is NVML's (a GPU is held by one task, so its load is that
-  task's). A virtual slot measures nothing; its utilisation is taken from the CPU share of the
-  task holding it (the task's cores over the CPU capacity, split over its slots), since a task
-  on a virtual slot trains on the CPU. The server's "gpu" share is the mean over its GPUs; a
-  task's "gpu" demand is the sum of its GPUs' utilisations over the server's GPU count, and its
-  per-GPU load (for the hot-GPU rule) is that of its busiest GPU.
+- **GPUs**: a real GPU's utilisation is NVML's. A virtual GPU measures nothing; its
+  utilisation is the summed CPU share of the tasks on it (a task's cores over the CPU capacity,
+  split over the virtual GPUs it holds), since a task on a virtual GPU trains on the CPU. Each
+  task's own share of a GPU is that CPU share on a virtual GPU; on a real one (NVML gives no
+  per-task utilisation here) the GPU's utilisation split in proportion to the slots each task
+  holds on it, all of it for a task alone on its GPU. The server's "gpu" share is the mean over
+  its physical GPUs; a task's "gpu" demand is the sum of its own shares over the server's GPU
+  count. On the wire (``gpu_utilization``, a task's ``gpu_index``) GPUs are the slots the
+  controller knows, each reporting its physical GPU's utilisation; a task's ``gpu_index`` is
+  its busiest slot and ``gpu_utilization`` that GPU's.
+- **GPU sharing** (``--gpu-slices K``, ``nodeagent/gpus.py`` ``SlicedGpus``): the agent offers
+  each GPU as K time-sliced slots; slot ``s`` is on physical GPU ``s // K``. With K = 1 (the
+  default) slots are GPUs and every rule here is as without sharing.
 
 Detector (:class:`OverloadDetector`): the server is overloaded when a resource type or a GPU
 is above ``h_r`` (§3.3.2). Once that holds for ``samples`` samples in a row (no flapping on one
@@ -44,11 +51,15 @@ more task each time (flip-flopping). While disarmed, a task of that request stil
 its cool-down is asked for again (the controller may have lost or refused the request): a
 retry, not a new choice.
 
-Only a GPU that several running tasks share counts for the per-GPU rule. The paper's tasks share
-GPUs; mlsched gives GPUs whole, and a GPU busy with its one task is that task using what it
-holds: moving it moves the load along (and no host could take it: §3.3.2's host check adds the
-task's GPU load to the target GPU). So, as in MLF-H's policy, a GPU held by one task never makes
-the server overloaded; its utilisation still counts in the server's "gpu" share.
+Only a physical GPU that several running tasks share (hold a slot of) counts for the per-GPU
+rule. The paper's tasks share GPUs; with whole GPUs (K = 1) a GPU busy with its one task is
+that task using what it holds: moving it moves the load along (and no host could take it:
+§3.3.2's host check adds the task's GPU load to the target GPU). So, as in MLF-H's policy, a
+GPU held by one task never makes the server overloaded; its utilisation still counts in the
+server's "gpu" share. On a sliced node (K > 1) two tasks on the slots of one GPU share it: the
+GPU's utilisation can pass ``h_r``, and the p_s rule then chooses among the lowest-priority
+tasks on it. A task's load on that GPU for the rule (what leaving takes off it) is its own
+share of it.
 
 Priorities: the controller sends each task's priority in its policy's order (Eq. 6 under
 MLFS; ``controller/policy/ranks.py``, ``nodeagent/priorities.py``). A task that never received
@@ -77,6 +88,7 @@ from controller.policy.mlfs.euclid import (
     remove,
 )
 from nodeagent.clock import Clock, SystemClock
+from nodeagent.gpus import physical_indices
 from nodeagent.model import NodeMetrics, RunningTask, TaskMetrics, TaskRef
 from nodeagent.priorities import fallback
 
@@ -135,7 +147,9 @@ class TaskShare:
     gpu_utilization: float
     priority: float
     movable: bool
-    gpu_indices: tuple[int, ...] = ()  # every GPU it holds
+    gpu_indices: tuple[int, ...] = ()  # every GPU slot it holds
+    # its own load on each physical GPU it holds (None: each GPU's whole load)
+    gpu_shares: Mapping[int, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +160,7 @@ class NodeLoadReport:
     gpu_utilization: Mapping[int, float]
     capacity: Capacity
     tasks: tuple[TaskShare, ...] = ()
+    gpu_slices: int = 1  # GPU slots per physical GPU: slot s is on GPU s // gpu_slices
 
 
 def _share(used: float, capacity: float) -> float:
@@ -163,10 +178,12 @@ def measure_load(
     virtual_gpus: Collection[int] = (),
     machine_cpus: int | None = None,
     priorities: Mapping[TaskRef, float] | None = None,
+    gpu_slices: int = 1,
 ) -> NodeLoadReport:
     """The load of the server and of each task (module docstring) from one sample.
     ``priorities``: each task's for the overload choice (``nodeagent/priorities.py``); a task
-    left out is ranked by the start of its attempt (None: every task)."""
+    left out is ranked by the start of its attempt (None: every task). ``gpu_slices``: the
+    slots per physical GPU (``--gpu-slices``); slot ``s`` is on GPU ``s // gpu_slices``."""
     if scope not in SCOPES:
         raise ValueError(f"load scope must be one of {SCOPES}, got {scope!r}")
     cpus = machine_cpus or os.cpu_count() or 1
@@ -175,27 +192,19 @@ def measure_load(
     equal_share = net / len(tasks) if tasks else 0.0
     task_net = {t.ref: max(0.0, m.net_bytes_per_s) if attributed else equal_share for t, m in tasks}
     cores = {t.ref: max(0.0, m.cpu_percent) / 100.0 for t, m in tasks}
-    # Virtual slots: the CPU share of the task holding them, split over its slots.
-    gpu_util: dict[int, float] = {}
-    for g in node.gpus:
-        if g.index not in virtual_gpus:
-            gpu_util[g.index] = min(1.0, max(0.0, g.utilization_percent / 100.0))
-        else:
-            gpu_util[g.index] = 0.0
-    for task, _ in tasks:
-        slots = [i for i in task.gpu_indices if i in virtual_gpus and i in gpu_util]
-        for i in slots:
-            part = _share(cores[task.ref], capacity.cpu_cores) / len(slots)
-            gpu_util[i] = min(1.0, gpu_util[i] + part)
-    gpu_count = len(gpu_util)
+    slices = max(1, gpu_slices)
+    gpu_util, own = _gpu_loads(node, tasks, capacity, cores, virtual_gpus, slices)
+    gpu_count = len(gpu_util)  # physical GPUs
     given = dict(priorities or {})
     ranks = {**fallback([t for t, _ in tasks if t.ref not in given], given.values()), **given}
+    slot_util = {g.index: gpu_util[g.index // slices] for g in node.gpus}
     shares = []
     for task, metrics in tasks:
-        held = [i for i in task.gpu_indices if i in gpu_util]
-        busiest = min(held, key=lambda i: (-gpu_util[i], i)) if held else None
+        held = [i for i in task.gpu_indices if i in slot_util]
+        busiest = min(held, key=lambda i: (-slot_util[i], i)) if held else None
+        mine = own.get(task.ref, {})
         demand = {
-            "gpu": min(1.0, sum(gpu_util[i] for i in held) / gpu_count) if gpu_count else 0.0,
+            "gpu": min(1.0, sum(mine.values()) / gpu_count) if gpu_count else 0.0,
             "cpu": _share(cores[task.ref], capacity.cpu_cores),
             "memory": _share(metrics.memory_rss_bytes, capacity.memory_bytes),
             "bandwidth": _share(task_net[task.ref], capacity.bandwidth_bytes_per_s),
@@ -205,10 +214,11 @@ def measure_load(
                 ref=task.ref,
                 demand=demand,
                 gpu_index=busiest,
-                gpu_utilization=gpu_util[busiest] if busiest is not None else 0.0,
+                gpu_utilization=slot_util[busiest] if busiest is not None else 0.0,
                 priority=ranks[task.ref],
                 movable=task.movable,
                 gpu_indices=tuple(held),
+                gpu_shares=dict(mine),
             )
         )
     if scope == "machine":
@@ -220,15 +230,59 @@ def measure_load(
         used_cores = sum(cores.values())
         used_memory = float(sum(m.memory_rss_bytes for _, m in tasks))
         used_net = sum(task_net.values()) if attributed else (net if tasks else 0.0)
-        held = {i for share in shares for i in share.gpu_indices}
-        used_gpus = sum(u for i, u in gpu_util.items() if i in held)
+        held_gpus = {p for share in shares for p in share.gpu_shares}
+        used_gpus = sum(u for p, u in gpu_util.items() if p in held_gpus)
     utilization = {
         "gpu": used_gpus / gpu_count if gpu_count else 0.0,
         "cpu": _share(used_cores, capacity.cpu_cores),
         "memory": _share(used_memory, capacity.memory_bytes),
         "bandwidth": _share(used_net, capacity.bandwidth_bytes_per_s),
     }
-    return NodeLoadReport(utilization, gpu_util, capacity, tuple(shares))
+    return NodeLoadReport(utilization, slot_util, capacity, tuple(shares), slices)
+
+
+def _gpu_loads(
+    node: NodeMetrics,
+    tasks: Sequence[tuple[RunningTask, TaskMetrics]],
+    capacity: Capacity,
+    cores: Mapping[TaskRef, float],
+    virtual_gpus: Collection[int],
+    slices: int,
+) -> tuple[dict[int, float], dict[TaskRef, dict[int, float]]]:
+    """Every physical GPU's utilisation, and each task's own part of the GPUs it holds
+    (module docstring: NVML's for a real GPU, split by the slots held; the CPU share of its
+    tasks for a virtual one)."""
+    util: dict[int, float] = {}
+    virtual: set[int] = set()
+    for g in node.gpus:
+        gpu = g.index // slices
+        if g.index in virtual_gpus:
+            virtual.add(gpu)
+            util.setdefault(gpu, 0.0)
+        else:
+            value = min(1.0, max(0.0, g.utilization_percent / 100.0))
+            util[gpu] = max(util.get(gpu, 0.0), value)
+    slots_held: dict[int, int] = {}
+    for task, _ in tasks:
+        for i in task.gpu_indices:
+            if i // slices in util:
+                slots_held[i // slices] = slots_held.get(i // slices, 0) + 1
+    own: dict[TaskRef, dict[int, float]] = {}
+    for task, _ in tasks:
+        mine: dict[int, float] = {}
+        on_virtual = [g for g in physical_indices(task.gpu_indices, slices) if g in virtual]
+        for gpu in physical_indices(task.gpu_indices, slices):
+            if gpu not in util:
+                continue
+            if gpu in virtual:  # it trains on the CPU: its CPU share, split over its GPUs
+                mine[gpu] = _share(cores[task.ref], capacity.cpu_cores) / len(on_virtual)
+            else:  # NVML's utilisation, split by the slots held
+                held = sum(1 for i in task.gpu_indices if i // slices == gpu)
+                mine[gpu] = util[gpu] * held / slots_held[gpu]
+        own[task.ref] = mine
+    for gpu in virtual:
+        util[gpu] = min(1.0, sum(mine.get(gpu, 0.0) for mine in own.values()))
+    return util, own
 
 
 @dataclass(frozen=True)
@@ -268,25 +322,40 @@ class MigrationWish:
     reason: str
 
 
+def physical_gpus(load: NodeLoadReport) -> dict[int, float]:
+    """Every physical GPU's utilisation (its slots report it: slot ``s`` is on GPU
+    ``s // gpu_slices``)."""
+    slices = max(1, load.gpu_slices)
+    out: dict[int, float] = {}
+    for index, u in load.gpu_utilization.items():
+        out[index // slices] = max(out.get(index // slices, 0.0), u)
+    return out
+
+
 def shared_gpus(load: NodeLoadReport) -> dict[int, float]:
-    """The GPUs more than one running task holds, with their utilisation."""
+    """The physical GPUs more than one running task holds (a slot of), with their
+    utilisation."""
     holders: dict[int, int] = {}
     for share in load.tasks:
-        for index in share.gpu_indices:
-            holders[index] = holders.get(index, 0) + 1
-    return {i: u for i, u in load.gpu_utilization.items() if holders.get(i, 0) > 1}
+        for gpu in physical_indices(share.gpu_indices, load.gpu_slices):
+            holders[gpu] = holders.get(gpu, 0) + 1
+    return {i: u for i, u in physical_gpus(load).items() if holders.get(i, 0) > 1}
 
 
-def _task_load(share: TaskShare, shared: Mapping[int, float]) -> TaskLoad:
+def _task_load(share: TaskShare, shared: Mapping[int, float], slices: int) -> TaskLoad:
     """The task for the Euclidean rule; its GPU is its busiest shared one (None: no shared
-    GPU, the per-GPU rule does not concern it)."""
-    mine = [i for i in share.gpu_indices if i in shared]
+    GPU, the per-GPU rule does not concern it), its load there its own share of that GPU."""
+    mine = [i for i in physical_indices(share.gpu_indices, slices) if i in shared]
     busiest = min(mine, key=lambda i: (-shared[i], i)) if mine else None
+    gpu = 0.0
+    if busiest is not None:
+        parts = share.gpu_shares
+        gpu = shared[busiest] if parts is None else min(1.0, parts.get(busiest, 0.0))
     return TaskLoad(
         job_id=share.ref.job_id,
         task=share.ref.rank,
         demand=tuple(share.demand[r] for r in RESOURCES),
-        gpu=shared[busiest] if busiest is not None else 0.0,
+        gpu=gpu,
         gpu_index=busiest,
         priority=share.priority,
     )
@@ -382,12 +451,12 @@ class OverloadDetector:
         shared = dict(server.gpus)
         for share in load.tasks:
             if share.ref in self._pending:  # already asked to leave: count it as gone
-                server = remove(server, _task_load(share, shared))
+                server = remove(server, _task_load(share, shared, load.gpu_slices))
         candidates = [
             share for share in load.tasks if share.movable and share.ref not in self._pending
         ]
         by_key = {(s.ref.job_id, s.ref.rank): s for s in candidates}
-        loads = [_task_load(s, shared) for s in candidates]
+        loads = [_task_load(s, shared, load.gpu_slices) for s in candidates]
         chosen = choose_migrations(server, loads, self._config)
         reason = (
             f"{self._node_id} overloaded for {self._streak} samples "

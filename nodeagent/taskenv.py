@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nodeagent.gpus import physical_indices
 from nodeagent.model import Launcher, LaunchRequest
 from nodeagent.ps_role import ROLE_VARIABLES, role_env
 
@@ -24,6 +25,7 @@ class TaskContext:
     cpu_count: int
     node_gpu_slots: int
     master_port: int
+    gpu_slices: int = 1  # GPU slots per physical GPU (``--gpu-slices``)
 
 
 def omp_threads(cpu_count: int, task_gpus: int, node_gpu_slots: int) -> int:
@@ -56,7 +58,7 @@ def build_task_env(
         "MLSCHED_RESUME": "1" if request.resume else "0",
         "MLSCHED_EXIT_FILE": context.exit_file,
         "MLSCHED_VIRTUAL_GPUS": "1" if context.virtual_gpus else "0",
-        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in request.gpu_indices),
+        "CUDA_VISIBLE_DEVICES": ",".join(map(str, task_gpus(request, context.gpu_slices))),
         "RANK": str(ref.rank),
         "WORLD_SIZE": str(max(1, request.world_size)),
         "LOCAL_RANK": str(request.local_rank),
@@ -83,22 +85,33 @@ def build_task_env(
     for key in ROLE_VARIABLES:
         env.pop(key, None)  # a PS job's roles come from the launch, never from the spec's env
     contract.update(role_env(ref.rank, max(1, request.world_size), request.ps_workers))
-    contract.update(torchrun_env(request, contract["MASTER_ADDR"], context.master_port))
+    contract.update(
+        torchrun_env(request, contract["MASTER_ADDR"], context.master_port, context.gpu_slices)
+    )
     env.update(contract)
     if "OMP_NUM_THREADS" not in request.env:
         threads = omp_threads(context.cpu_count, len(request.gpu_indices), context.node_gpu_slots)
         if request.launcher is Launcher.TORCHRUN:  # shared by the launcher's processes
-            threads = max(1, threads // processes_per_launcher(request))
+            threads = max(1, threads // processes_per_launcher(request, context.gpu_slices))
         env["OMP_NUM_THREADS"] = str(threads)
     return env
 
 
-def processes_per_launcher(request: LaunchRequest) -> int:
-    """The training processes one torchrun task starts: one per GPU it holds."""
-    return max(1, len(request.gpu_indices))
+def task_gpus(request: LaunchRequest, gpu_slices: int = 1) -> tuple[int, ...]:
+    """The physical GPUs a task's slots are on (slot ``s`` on GPU ``s // gpu_slices``), each
+    once: its ``CUDA_VISIBLE_DEVICES``."""
+    return physical_indices(request.gpu_indices, gpu_slices)
 
 
-def torchrun_env(request: LaunchRequest, master_addr: str, master_port: int) -> dict[str, str]:
+def processes_per_launcher(request: LaunchRequest, gpu_slices: int = 1) -> int:
+    """The training processes one torchrun task starts: one per GPU it holds (a GPU once,
+    however many of its slots the task holds)."""
+    return max(1, len(task_gpus(request, gpu_slices)))
+
+
+def torchrun_env(
+    request: LaunchRequest, master_addr: str, master_port: int, gpu_slices: int = 1
+) -> dict[str, str]:
     """What a task whose command runs torchrun gets besides the usual contract (else nothing).
 
     torchrun reads its options from ``PET_<OPTION>`` when the command line leaves them out, so
@@ -115,7 +128,7 @@ def torchrun_env(request: LaunchRequest, master_addr: str, master_port: int) -> 
         "GROUP_RANK": str(ref.rank),
         "PET_NNODES": str(max(1, request.world_size)),
         "PET_NODE_RANK": str(ref.rank),
-        "PET_NPROC_PER_NODE": str(processes_per_launcher(request)),
+        "PET_NPROC_PER_NODE": str(processes_per_launcher(request, gpu_slices)),
         "PET_RDZV_BACKEND": "static",
         "PET_MASTER_ADDR": master_addr,
         "PET_MASTER_PORT": str(master_port),

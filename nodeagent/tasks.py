@@ -105,6 +105,7 @@ class NodeShape:
     virtual_gpu_indices: frozenset[int]
     gpu_slots: int
     cpu_count: int
+    gpu_slices: int = 1  # slots per physical GPU: slot s is on GPU s // gpu_slices
 
 
 class TaskManager:
@@ -302,6 +303,7 @@ class TaskManager:
             cpu_count=self._node.cpu_count,
             node_gpu_slots=self._node.gpu_slots,
             master_port=request.master_port or find_free_port(),
+            gpu_slices=self._node.gpu_slices,
         )
         base_env = self._base_env if self._base_env is not None else os.environ
         env = build_task_env(request, context, base_env)
