@@ -68,6 +68,20 @@ class _Entry:
     deadline: float
     remaining: float
     queued_since: float | None
+    # what _evaluate reads, as one row: queued_since (0: none), 1 if none, deadline,
+    # remaining, task 0's P^ML, 1 if the remaining time is unknown
+    row: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        since = self.queued_since
+        self.row = (
+            0.0 if since is None else since,
+            float(since is None),
+            self.deadline,
+            self.remaining,
+            self.ml[0],
+            float(self.first.remaining_s is None),
+        )
 
 
 def _entry(view: JobView, queued: bool, key: Inputs, config: MlfsConfig) -> _Entry:
@@ -203,12 +217,9 @@ class PriorityBook:
         unit, floor, a = config.time_unit_s, config.min_horizon_s, config.alpha
         values = list(entries.values())
         ids = list(entries)
-        since = np.array(
-            [now if e.queued_since is None else e.queued_since for e in values], dtype=np.float64
-        )
-        deadline = np.array([e.deadline for e in values], dtype=np.float64)
-        remaining = np.array([e.remaining for e in values], dtype=np.float64)
-        ml = np.array([e.ml[0] for e in values], dtype=np.float64)
+        table = np.array([e.row for e in values], dtype=np.float64).reshape(len(values), 6)
+        since = np.where(table[:, 1] == 1.0, now, table[:, 0])
+        deadline, remaining, ml = table[:, 2], table[:, 3], table[:, 4]
         # MLFS Eq. 4, as priority.own_computation_priority: max(x, y) keeps x unless y > x
         waited = now - since
         waiting = np.where(waited > 0.0, waited, 0.0)
@@ -217,7 +228,7 @@ class PriorityBook:
         c = c + config.gamma_d * unit / np.where(floor > to_deadline, floor, to_deadline)
         c = c + config.gamma_r * unit / np.where(floor > remaining, floor, remaining)
         total = a * ml + (1 - a) * c  # MLFS Eq. 6
-        unknown = np.array([e.first.remaining_s is None for e in values], dtype=bool)
+        unknown = table[:, 5] == 1.0
         clock = np.stack(
             [deadline, np.where(unknown, 0.0, remaining), waiting, total, ml, c], axis=1
         ).reshape(len(values), 6)

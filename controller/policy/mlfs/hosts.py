@@ -54,20 +54,34 @@ class HostPool:
     """Mutable server state for one decision (module docstring)."""
 
     def __init__(
-        self, nodes: Iterable[NodeView], resources: Sequence[str], config: MlfsConfig
+        self,
+        nodes: Iterable[NodeView],
+        resources: Sequence[str],
+        config: MlfsConfig,
+        memo: NodeMemo | None = None,
     ) -> None:
         self.config = config
         self.resources = tuple(resources)
         self.servers: dict[str, Server] = {}
         self.measured: set[str] = set()  # servers whose utilisation was measured
         self.sizes: dict[str, int] = {}  # GPUs per server
+        rows: list[tuple[int, int, float, bool]] = []
+        memo = memo.start(self.resources, config.h_r) if memo is not None else None
         for node in sorted(nodes, key=lambda n: n.id):
-            size = len(node.gpu_indices)
-            busy = (size - len(node.free_gpu_indices)) / size if size else 0.0
-            point = tuple(_unit(node.utilization.get(r, busy)) for r in self.resources)
-            loads = {g: _unit(node.gpu_utilization.get(g, 0.0)) for g in node.free_gpu_indices}
-            self.servers[node.id] = _server(node.id, point, loads)
+            held = memo.get(node) if memo is not None else None
+            if held is None:
+                size = len(node.gpu_indices)
+                busy = (size - len(node.free_gpu_indices)) / size if size else 0.0
+                point = tuple(_unit(node.utilization.get(r, busy)) for r in self.resources)
+                loads = {g: _unit(node.gpu_utilization.get(g, 0.0)) for g in node.free_gpu_indices}
+                server = _server(node.id, point, loads)
+                held = (node, server, size, _summary(server, config.h_r))
+                if memo is not None:
+                    memo.put(held)
+            _, server, size, row = held
+            self.servers[node.id] = server
             self.sizes[node.id] = size
+            rows.append(row)
             if node.utilization:
                 self.measured.add(node.id)
         self._journal: list[Server] = []  # servers as they were before each change
@@ -79,7 +93,6 @@ class HostPool:
         self._ids = list(self.servers)
         self._row = {sid: i for i, sid in enumerate(self._ids)}
         servers = list(self.servers.values())
-        rows = [_summary(s, config.h_r) for s in servers]
         self._point = np.array([s.utilisation for s in servers], dtype=np.float64).reshape(
             len(servers), len(self.resources)
         )
@@ -117,6 +130,12 @@ class HostPool:
         if not exclude:
             self._room[per_task] = count
         return count
+
+    def slots(self, per_task: int, exclude: Collection[str] = ()) -> tuple[int, int]:
+        """Free ``per_task``-GPU slots (free GPUs in whole chunks) on the underloaded servers
+        outside ``exclude``: in all, and the most on one server (0: none)."""
+        chunks = (self._free // per_task)[self._open(per_task, exclude)]
+        return int(chunks.sum()), int(chunks.max()) if chunks.size else 0
 
     def capacity(
         self, demand: Sequence[float], per_task: int, exclude: Collection[str] = ()
@@ -324,6 +343,41 @@ class HostPool:
     def _undo(self, mark: int) -> None:
         while len(self._journal) > mark:
             self._set(self._journal.pop())
+
+
+class NodeMemo:
+    """A pool's servers kept between decisions (on a policy object), one per node view: a
+    node whose view is the *same object* as last time (views are immutable; the simulator
+    keeps an unchanged node's view) gets its :class:`Server` and summary row back instead of
+    being read again. Servers are immutable, so a pool that changes one replaces it and the
+    memo's stays valid. Kept for the latest pool's nodes only, and only while the resource
+    types and ``h_r`` are the same."""
+
+    def __init__(self) -> None:
+        self._key: tuple[tuple[str, ...], float] | None = None
+        self._held: dict[str, tuple[NodeView, Server, int, tuple[int, int, float, bool]]] = {}
+        self._next: dict[str, tuple[NodeView, Server, int, tuple[int, int, float, bool]]] = {}
+
+    def start(self, resources: tuple[str, ...], h_r: float) -> NodeMemo:
+        """A new pool: keep last pool's nodes (all of them forgotten if the key changed)."""
+        if self._key != (resources, h_r):
+            self._key, self._next = (resources, h_r), {}
+        self._held, self._next = self._next, {}
+        return self
+
+    def get(
+        self, node: NodeView
+    ) -> tuple[NodeView, Server, int, tuple[int, int, float, bool]] | None:
+        """The node's kept entry if its view is the same object, else None."""
+        held = self._held.get(node.id)
+        if held is None or held[0] is not node:
+            return None
+        self._next[node.id] = held
+        return held
+
+    def put(self, held: tuple[NodeView, Server, int, tuple[int, int, float, bool]]) -> None:
+        """Keep a node's new entry (node view, server, GPUs, summary row)."""
+        self._next[held[0].id] = held
 
 
 def move_cost_s(view: JobView) -> float:

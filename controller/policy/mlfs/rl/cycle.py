@@ -39,7 +39,6 @@ import numpy as np
 from controller.policy.base import (
     ClusterSnapshot,
     Decision,
-    JobView,
     Launch,
     Migrate,
     Renew,
@@ -49,7 +48,7 @@ from controller.policy.base import (
 from controller.policy.mlfs.book import Priorities, PriorityBook
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
-from controller.policy.mlfs.hosts import HostPool
+from controller.policy.mlfs.hosts import HostPool, NodeMemo
 from controller.policy.mlfs.jobs import task_demand
 from controller.policy.mlfs.moves import (
     find_movers,
@@ -57,7 +56,6 @@ from controller.policy.mlfs.moves import (
     idle,
     place_mover,
     place_queued,
-    queued_demand,
     unload_busy,
     unload_movers,
 )
@@ -69,6 +67,7 @@ from controller.policy.mlfs.rl.features import (
     candidate_matrix,
     context_row,
 )
+from controller.policy.mlfs.rl.queue import FitKey, QueueBook, Queued, job_rows, order
 from controller.policy.retreat import LEFT_QUEUED, NO_HOST
 
 
@@ -124,7 +123,7 @@ def plan(
     stopped = {s.job_id for s in stops}
     active = [v for v in snapshot.active if v.id not in stopped]
     now = snapshot.now
-    pool = HostPool(snapshot.nodes, resources, config)
+    pool = HostPool(snapshot.nodes, resources, config, memory.nodes)
     unload_busy(pool, snapshot.busy, resources)
     hot = hot_servers(pool, active, config.h_r)
     if idle(pool, hot, active):
@@ -134,24 +133,32 @@ def plan(
         v for v in active if v.migration_requested or any(p.node_id in hot for p in v.placement)
     ]
     priorities = memory.book.priorities(snapshot.queued, involved, now)
-    by_job, totals = priorities.job, priorities.tasks
+    totals = priorities.tasks
     movers = find_movers(hot, active, pool, totals, config, resources)
     unload_movers(pool, movers.values(), resources)
 
-    candidates = memory.queued(snapshot.queued) + [
-        Candidate(m.view, True, m.sources, m.ranks) for m in movers.values()
+    records = memory.queue.records(snapshot.queued, pool, resources)
+    records += [
+        memory.queue.record(
+            Candidate(m.view, True, m.sources, m.ranks), task_demand(m.view, resources)
+        )
+        for m in movers.values()
     ]
-    candidates.sort(key=lambda c: (-by_job[c.view.id], c.view.id))
-    demands = [
-        task_demand(c.view, resources) if c.moving else queued_demand(c.view, pool, resources)
-        for c in candidates
-    ]
+    p_all = _job_priorities(records, priorities)
+    ranked = order(p_all, [r.view.id for r in records])
+    records = [records[i] for i in ranked.tolist()]
+    candidates = [r.candidate for r in records]
+    demands = [r.demand for r in records]
     total_gpus = sum(len(n.gpu_indices) for n in snapshot.nodes)
-    p_job = np.array([by_job[c.view.id] for c in candidates], dtype=np.float64)
-    fits = _FitTest(candidates, demands)
+    p_job = p_all[ranked]
+    fits = _FitTest(records, memory.queue.fit_kinds.keys)
     memory.rows.start()
-    rows = _JobRows(candidates, memory.rows, priorities, now, total_gpus, config)
-    kinds = StepKinds(candidates)
+    rows = _JobRows(records, memory.rows, priorities, now, total_gpus, config)
+    kinds = StepKinds.numbered(
+        np.array([r.step for r in records], dtype=np.intp),
+        memory.queue.step_kinds.keys,
+        np.maximum(1, fits.tasks),
+    )
 
     launches: list[Launch] = []
     migrations: list[Migrate] = []
@@ -205,54 +212,63 @@ def plan(
 
 class Memory:
     """What an MLF-RL policy keeps between cycles, none of it changing a decision: the Eq. 6
-    inputs per job (:class:`~controller.policy.mlfs.book.PriorityBook`) and the clock-free
-    columns of the job rows (:class:`~controller.policy.mlfs.rl.features.RowBook`) and the
-    queued jobs' candidates, each for the jobs of the latest cycle only."""
+    inputs per job (:class:`~controller.policy.mlfs.book.PriorityBook`), the clock-free
+    columns of the job rows (:class:`~controller.policy.mlfs.rl.features.RowBook`), the
+    queued jobs' candidates, demands and kinds (:class:`~controller.policy.mlfs.rl.queue.
+    QueueBook`), each for the jobs of the latest cycle only, and the servers of the latest
+    cycle's nodes (:class:`~controller.policy.mlfs.hosts.NodeMemo`)."""
 
     def __init__(self, config: MlfsConfig) -> None:
         self.config = config
         self.book = PriorityBook(config)
         self.rows = RowBook()
-        self._queued: dict[str, Candidate] = {}
+        self.queue = QueueBook()
+        self.nodes = NodeMemo()
 
-    def queued(self, views: Sequence[JobView]) -> list[Candidate]:
-        """A :class:`Candidate` per queued view, the last cycle's where the view is the same
-        object (views are immutable)."""
-        old, new = self._queued, {}
-        out = []
-        for v in views:
-            c = old.get(v.id)
-            if c is None or c.view is not v:
-                c = Candidate(v)
-            new[v.id] = c
-            out.append(c)
-        self._queued = new
-        return out
+
+def _job_priorities(records: Sequence[Queued], priorities: Priorities) -> np.ndarray:
+    """Each record's job ``P`` (``Priorities.job``), from the book's array where the rows are
+    the queued jobs in order (no job id twice), else by look-up."""
+    clock = priorities.clock
+    n = len(records)
+    queued = 0
+    while queued < n and not records[queued].candidate.moving:
+        queued += 1
+    entries = priorities.entries
+    if len(entries) >= queued and all(
+        e.view is r.view for e, r in zip(entries[:queued], records[:queued], strict=True)
+    ):
+        head = clock[:queued, 3]
+    else:
+        head = np.array([priorities.job[r.view.id] for r in records[:queued]], dtype=np.float64)
+    tail = [priorities.job[r.view.id] for r in records[queued:]]
+    return np.concatenate([head, np.array(tail, dtype=np.float64)])
 
 
 class _JobRows:
-    """The cycle's job rows (float32), each made when a step first offers its candidate."""
+    """The cycle's job rows (float32), each made when a step first offers its candidate
+    (:func:`~controller.policy.mlfs.rl.queue.job_rows`)."""
 
     def __init__(
         self,
-        candidates: Sequence[Candidate],
+        records: Sequence[Queued],
         book: RowBook,
         priorities: Priorities,
         now: float,
         total_gpus: int,
         config: MlfsConfig,
     ) -> None:
-        self._candidates = candidates
-        self._make = lambda chosen: book.rows(chosen, priorities, now, total_gpus, config)
-        self._matrix = np.zeros((len(candidates), len(JOB_FEATURES)), dtype=np.float32)
-        self._made = np.zeros(len(candidates), dtype=bool)
+        self._records = records
+        self._make = lambda chosen: job_rows(chosen, book, priorities, now, total_gpus, config)
+        self._matrix = np.zeros((len(records), len(JOB_FEATURES)), dtype=np.float32)
+        self._made = np.zeros(len(records), dtype=bool)
 
     def take(self, indices: Sequence[int]) -> np.ndarray:
         """The rows of ``indices``, in order."""
         index = np.asarray(indices, dtype=np.intp)
         new = index[~self._made[index]]
         if new.size:
-            self._matrix[new] = self._make([self._candidates[i] for i in new.tolist()])
+            self._matrix[new] = self._make([self._records[i] for i in new.tolist()])
             self._made[new] = True
         return self._matrix[index]
 
@@ -263,35 +279,32 @@ class _JobRows:
 class _FitTest:
     """Whether the underloaded servers can take each candidate's tasks whole (a pre-check:
     placing them has the last word), by ``HostPool.capacity`` once per kind of candidate
-    (demand, GPUs per task, servers to avoid) and step; the kinds that avoid no server all
-    at once (``HostPool.capacities``)."""
+    (demand, GPUs per task, servers to avoid; numbered in ``keys``) and step; the kinds that
+    avoid no server all at once (``HostPool.capacities``)."""
 
-    def __init__(self, candidates: Sequence[Candidate], demands: Sequence[tuple[float, ...]]):
-        kinds: dict[tuple[tuple[float, ...], int, frozenset[str]], int] = {}
-        self.kind = np.array(
-            [
-                kinds.setdefault((d, c.view.spec.gpus_per_process, c.sources), len(kinds))
-                for c, d in zip(candidates, demands, strict=True)
-            ],
-            dtype=np.intp,
-        )
-        self.kinds = list(kinds)
-        self.tasks = np.array([c.tasks for c in candidates], dtype=np.int64)
-        self.open = [k for k, (_, _, sources) in enumerate(self.kinds) if not sources]
-        width = len(demands[0]) if demands else 0
-        self.demands = np.array([self.kinds[k][0] for k in self.open], dtype=np.float64).reshape(
+    def __init__(self, records: Sequence[Queued], keys: Sequence[FitKey]):
+        self.kind = np.array([r.fit for r in records], dtype=np.intp)
+        self.tasks = np.array([r.tasks for r in records], dtype=np.int64)
+        self.keys = keys
+        used = np.unique(self.kind).tolist()
+        self.open = [k for k in used if not keys[k][2]]
+        self.closed = [k for k in used if keys[k][2]]
+        width = len(keys[used[0]][0]) if used else 0
+        self.demands = np.array([keys[k][0] for k in self.open], dtype=np.float64).reshape(
             len(self.open), width
         )
-        self.per_task = np.array([self.kinds[k][1] for k in self.open], dtype=np.int64)
+        self.per_task = np.array([keys[k][1] for k in self.open], dtype=np.int64)
+        self.size = max(used) + 1 if used else 0
 
     def mask(self, pool: HostPool, indices: np.ndarray) -> np.ndarray:
         """Which of ``indices`` fit now."""
         kinds = self.kind[indices]
-        capacity = np.zeros(len(self.kinds), dtype=np.int64)
+        capacity = np.zeros(self.size, dtype=np.int64)
         capacity[self.open] = pool.capacities(self.demands, self.per_task)
-        for k in np.unique(kinds).tolist():
-            demand, per_task, sources = self.kinds[k]
-            if sources:
-                capacity[k] = pool.capacity(demand, per_task, sources)
+        if self.closed:
+            for k in np.unique(kinds).tolist():
+                demand, per_task, sources = self.keys[k]
+                if sources:
+                    capacity[k] = pool.capacity(demand, per_task, sources)
         tasks = self.tasks[indices]
         return (tasks >= 1) & (capacity[kinds] >= tasks)

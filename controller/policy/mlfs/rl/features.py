@@ -43,7 +43,6 @@ import numpy as np
 from controller.policy.base import JobView
 from controller.policy.mlfs.book import Priorities
 from controller.policy.mlfs.config import MlfsConfig
-from controller.policy.mlfs.euclid import is_overloaded
 from controller.policy.mlfs.hosts import HostPool
 from controller.policy.mlfs.jobs import job_features, task_demand, task_graph
 from controller.policy.mlfs.priority import TaskFeatures, TaskKey, TaskPriority, loss_ratio
@@ -144,7 +143,7 @@ def job_row(
 
 # The columns of a job row that move with the clock (set_dynamic); the others depend only on
 # the job's own inputs and may be kept between cycles (RowBook).
-_DYNAMIC = tuple(
+DYNAMIC = tuple(
     JOB_FEATURES.index(n)
     for n in ("deadline_term", "slack", "waiting", "priority", "priority_ml", "priority_c")
 )
@@ -153,7 +152,7 @@ _DYNAMIC = tuple(
 def static_row(
     candidate: Candidate, first: TaskFeatures, total_gpus: int, config: MlfsConfig
 ) -> list[float]:
-    """A job row with the columns that read the clock (``_DYNAMIC``) at 0."""
+    """A job row with the columns that read the clock (``DYNAMIC``) at 0."""
     view = candidate.view
     spec = view.spec
     unit, floor = config.time_unit_s, config.min_horizon_s
@@ -193,7 +192,7 @@ def static_row(
 def set_dynamic(
     row: list[float], first: TaskFeatures, priority: TaskPriority, now: float, config: MlfsConfig
 ) -> None:
-    """Fill the ``_DYNAMIC`` columns of ``row`` for time ``now``."""
+    """Fill the ``DYNAMIC`` columns of ``row`` for time ``now``."""
     unit, floor = config.time_unit_s, config.min_horizon_s
     if first.deadline is not None:
         to_deadline = first.deadline - now
@@ -209,7 +208,7 @@ def set_dynamic(
         _log1p(priority.ml),
         _log1p(priority.computation),
     )
-    for column, value in zip(_DYNAMIC, values, strict=True):
+    for column, value in zip(DYNAMIC, values, strict=True):
         row[column] = value
 
 
@@ -278,8 +277,15 @@ class RowBook:
             static.append(held[1])
             rows.append(i)
         out = np.array(static, dtype=np.float64).reshape(len(static), len(JOB_FEATURES))
-        out[:, _DYNAMIC] = dynamic_columns(priorities.clock[rows], now, config)
+        out[:, DYNAMIC] = dynamic_columns(priorities.clock[rows], now, config)
         return out.astype(np.float32)
+
+    def columns(
+        self, candidate: Candidate, first: TaskFeatures, total_gpus: int, config: MlfsConfig
+    ) -> list[float]:
+        """The candidate's clock-free columns (:func:`static_row`), kept as :meth:`row` keeps
+        them (the job's inputs unchanged)."""
+        return self._static(candidate, first, total_gpus, config)
 
     def _static(
         self, candidate: Candidate, first: TaskFeatures, total_gpus: int, config: MlfsConfig
@@ -392,8 +398,18 @@ class StepKinds:
             ],
             dtype=np.intp,
         )
-        self._kinds = list(kinds)
+        self._kinds: Sequence[tuple[int, frozenset[str]]] = list(kinds)
         self._tasks = np.array([max(1, c.tasks) for c in candidates], dtype=np.int64)
+
+    @classmethod
+    def numbered(
+        cls, kind: np.ndarray, kinds: Sequence[tuple[int, frozenset[str]]], tasks: np.ndarray
+    ) -> StepKinds:
+        """The same from kinds found already: ``kind`` (per candidate) indexes ``kinds``
+        (GPUs per task, at least 1; servers to avoid), ``tasks`` (at least 1 each)."""
+        out = cls([])
+        out._kind, out._kinds, out._tasks = kind, kinds, tasks
+        return out
 
     def rows(self, indices: Sequence[int], totals: np.ndarray, pool: HostPool) -> np.ndarray:
         """``STEP_FEATURES`` of the candidates at ``indices`` (their ``P`` in ``totals``)."""
@@ -406,15 +422,11 @@ class StepKinds:
         ranks = np.empty(n, dtype=np.float32)
         ranks[order] = np.arange(n, dtype=np.float32)
         out[:, 0] = ranks / max(1, n - 1)
-        h_r = pool.config.h_r
-        under = [s for s in pool.servers.values() if not is_overloaded(s, h_r)]
         kind = self._kind[index]
         room = np.zeros(len(self._kinds), dtype=np.int64)  # free task slots per kind
         best = np.zeros(len(self._kinds), dtype=np.int64)  # the most on one server
         for k in np.unique(kind).tolist():
-            per_task, sources = self._kinds[k]
-            chunks = [len(s.gpus) // per_task for s in under if s.id not in sources]
-            room[k], best[k] = sum(chunks), max(chunks, default=0)
+            room[k], best[k] = pool.slots(*self._kinds[k])
         tasks = self._tasks[index]
         total = room[kind]
         share = np.minimum(1.0, tasks / np.where(total > 0, total, 1))

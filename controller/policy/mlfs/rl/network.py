@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 from torch import nn
 
 from controller.policy.mlfs.rl.features import CANDIDATE_FEATURES, CONTEXT_FEATURES
@@ -100,6 +101,8 @@ class FrozenPointer:
         self._enc = (weights(enc1), weights(enc2))
         self._score = weights(net.score)
         self._hold = (weights(hold1), weights(hold2))
+        self._bounds = _Bounds(self._enc, self._score, self._hold, len(CONTEXT_FEATURES))
+        self._blas = ThreadpoolController()
 
     def logits(self, candidates: np.ndarray, context: np.ndarray) -> np.ndarray:
         """``candidates`` (n >= 1, F), ``context`` (C,) -> logits (n + 1,), hold last."""
@@ -112,6 +115,83 @@ class FrozenPointer:
         (v1, c1), (v2, c2) = self._hold
         hold = np.einsum("h,h->", np.tanh(np.einsum("p,ph->h", pooled, v1) + c1), v2[:, 0])
         return np.append(scores, hold + c2[0])
+
+    def argmax(self, candidates: np.ndarray, context: np.ndarray) -> int:
+        """``argmax`` of :meth:`logits` (ties: the first), found with BLAS products whose
+        rounding differs from :meth:`logits`' loops; the answer is :meth:`logits`' own: it is
+        kept only when the best logit leads every other by more than both computations'
+        rounding can account for (:class:`_Bounds`), else :meth:`logits` decides."""
+        (w1, b1), (w2, b2) = self._enc
+        ws, bs = self._score
+        (v1, c1), (v2, c2) = self._hold
+        x = candidates.astype(np.float64)
+        ctx = context.astype(np.float64)
+        with self._blas.limit(limits=1, user_api="blas"):  # small products: one thread
+            h = np.tanh(np.tanh(x @ w1 + b1) @ w2 + b2)
+            scores = h @ ws[:, 0] + bs[0]
+            pooled = np.concatenate([ctx, h.mean(axis=0), h.max(axis=0)])
+            hold = np.tanh(pooled @ v1 + c1) @ v2[:, 0] + c2[0]
+        logits = np.append(scores, hold)
+        if np.isfinite(logits).all():
+            slack = self._bounds.slack(x, ctx)
+            best = int(np.argmax(logits))
+            rivals = logits + slack
+            rivals[best] = -np.inf
+            if logits[best] - slack[best] > rivals.max():
+                return best
+        return int(np.argmax(self.logits(candidates, context)))
+
+
+_U = 2.0**-53  # float64 unit roundoff
+_TANH = 8 * _U  # allowance for np.tanh's error (a few ulps of a value in [-1, 1])
+
+
+def _gamma(n: int) -> float:
+    """The rounding bound of a sum of ``n`` products in float64, in any order, with or without
+    fused multiply-add: |computed - exact| <= gamma(n) * sum |terms| (Higham, Thm 3.1)."""
+    return n * _U / (1 - n * _U)
+
+
+class _Bounds:
+    """How far two float64 computations of :class:`FrozenPointer`'s logits, in any summation
+    order, can be apart, per logit: each layer's difference is what its input's difference
+    can cause (tanh is 1-Lipschitz) plus both computations' own rounding (:func:`_gamma`,
+    ``_TANH``), with the weights' absolute column sums and inputs bounded per row
+    (``|tanh| <= 1``). Doubled for the bound's own rounding."""
+
+    def __init__(
+        self,
+        enc: tuple[tuple[np.ndarray, np.ndarray], ...],
+        score: tuple[np.ndarray, np.ndarray],
+        hold: tuple[tuple[np.ndarray, np.ndarray], ...],
+        context_width: int,
+    ) -> None:
+        def col(w: np.ndarray) -> float:
+            return float(np.abs(w).sum(axis=0).max())
+
+        (w1, b1), (w2, b2) = enc
+        (v1, c1), (v2, c2) = hold
+        self.features = w1.shape[0]
+        self.hidden = w2.shape[0]
+        self.w1, self.b1 = col(w1), float(np.abs(b1).max())
+        self.w2, self.b2 = col(w2), float(np.abs(b2).max())
+        self.ws, self.bs = col(score[0]), float(np.abs(score[1]).max())
+        self.v1_h, self.v1 = col(v1[context_width:]), col(v1)
+        self.c1, self.pooled = float(np.abs(c1).max()), v1.shape[0]
+        self.v2, self.c2, self.half = col(v2), float(np.abs(c2).max()), v2.shape[0]
+
+    def slack(self, x: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """Per logit (the rows', then hold's): the most it can differ between the two."""
+        n, g = x.shape[0], _gamma
+        e1 = 2 * g(self.features + 2) * (np.abs(x).max(axis=1) * self.w1 + self.b1)
+        d1 = e1 + 2 * _TANH
+        d2 = d1 * self.w2 + 2 * g(self.hidden + 2) * (self.w2 + self.b2) + 2 * _TANH
+        rows = d2 * self.ws + 2 * g(self.hidden + 2) * (self.ws + self.bs)
+        pooled = float(d2.max()) + 2 * g(n + 2)  # mean (and max) of the hidden rows
+        top = max(1.0, float(np.abs(context).max(initial=0.0)))
+        z = pooled * self.v1_h + 2 * g(self.pooled + 2) * (top * self.v1 + self.c1)
+        hold = (z + 2 * _TANH) * self.v2 + 2 * g(self.half + 2) * (self.v2 + self.c2)
+        return 2 * np.append(rows, hold)
 
 
 def step_log_probs(

@@ -72,8 +72,9 @@ class MlfRlPolicy:
         )
 
     def choose(self, step: Step) -> int:
-        """The step's answer: argmax of the network's logits (hold is the last)."""
-        return int(np.argmax(self._logits(step)))
+        """The step's answer: argmax of the network's logits (hold is the last), as
+        ``np.argmax(self._logits(step))`` gives it (``FrozenPointer.argmax``)."""
+        return self._frozen.argmax(step.features, step.context)
 
     def _logits(self, step: Step) -> np.ndarray:
         return self._frozen.logits(step.features, step.context)

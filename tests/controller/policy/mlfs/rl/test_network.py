@@ -70,6 +70,52 @@ def test_frozen_numpy_forward_matches(net: PointerNet) -> None:
     assert np.allclose(got, expected, atol=1e-5)
 
 
+def test_frozen_argmax_is_the_reference_argmax() -> None:
+    """``FrozenPointer.argmax`` answers ``np.argmax(logits)`` (ties: the first) on random
+    steps, on steps of identical rows (exact ties: it falls back to ``logits``) and with the
+    shipped model, whose inputs are the features' [0, 1] ranges."""
+    shipped, _ = load_model()
+    rng = np.random.default_rng(11)
+    for model in (PointerNet(hidden=16), shipped):
+        frozen = FrozenPointer(model)
+        fallbacks = 0
+        for trial in range(300):
+            n = int(rng.integers(1, 400))
+            x = rng.random((n, F)).astype(np.float32)
+            if trial % 3 == 0:
+                x[rng.integers(0, n, size=n)] = x[0]  # many copies of one row: exact ties
+            c = rng.random(C).astype(np.float32)
+            expected = int(np.argmax(frozen.logits(x, c)))
+            assert frozen.argmax(x, c) == expected
+            logits = frozen.logits(x, c)
+            fallbacks += int(np.sum(logits == logits[expected]) > 1)
+        assert fallbacks > 0  # the tie path was taken
+
+
+def test_frozen_argmax_bound_covers_rounding() -> None:
+    """The slack per logit is above what reordering the sums actually changes (float32 inputs
+    to float64, einsum against BLAS), and far below the logits' spread."""
+    shipped, _ = load_model()
+    frozen = FrozenPointer(shipped)
+    rng = np.random.default_rng(5)
+    x = rng.random((500, F)).astype(np.float32)
+    c = rng.random(C).astype(np.float32)
+    reference = frozen.logits(x, c)
+    slack = frozen._bounds.slack(x.astype(np.float64), c.astype(np.float64))
+    torch.set_default_dtype(torch.float64)
+    try:
+        net = shipped.double()
+        other = torch.cat(
+            list(net(torch.from_numpy(x).double(), torch.from_numpy(c).double())[0:1])
+        )
+    finally:
+        torch.set_default_dtype(torch.float32)
+        shipped.float()
+    gap = np.abs(other.detach().numpy() - reference)
+    assert (gap <= slack).all()
+    assert slack.max() < 1e-9
+
+
 def test_save_and_load_round_trip(net: PointerNet, tmp_path: Path) -> None:
     path = tmp_path / "m.pt"
     save_model(path, net, {"seed": 3, "history": [{"epoch": 0, "validation_reward": -0.5}]})

@@ -1,0 +1,176 @@
+"""What an MLF-RL cycle needs of each queued job, kept between cycles (none of it changing a
+decision).
+
+Per queued view the cycle needs its :class:`~controller.policy.mlfs.rl.features.Candidate`,
+its fit-test demand (``moves.queued_demand``: its task load, none if oversized), its kind for
+the fit test (demand, GPUs per task, servers to avoid) and for the step rows (GPUs per task,
+servers to avoid) and its task count. A :class:`QueueBook` keeps these per job in a
+:class:`Queued` record while the view is the *same object* (views are immutable; the
+simulator keeps a queued job's view), for the latest cycle's jobs only, and forgets them all
+when what ``queued_demand`` reads of the pool (the servers' sizes, ``h_r``, the resource
+types) changes. Kinds are numbered once (:class:`Kinds`), so a cycle finds its kinds with
+NumPy rather than by hashing a key per job.
+
+:func:`order` sorts the candidates as MLF-H does (priority ``P`` descending, then job id)
+with one NumPy sort: equal ``P`` runs are put in id order in Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from controller.policy.base import JobView
+from controller.policy.mlfs.book import Priorities
+from controller.policy.mlfs.config import MlfsConfig
+from controller.policy.mlfs.hosts import HostPool
+from controller.policy.mlfs.moves import queued_demand
+from controller.policy.mlfs.rl.features import (
+    DYNAMIC,
+    JOB_FEATURES,
+    Candidate,
+    RowBook,
+    dynamic_columns,
+)
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Kinds(Generic[K]):
+    """Numbers for kind keys: the same key, the same number, for as long as it is used. Numbers
+    are never reused; :meth:`compact` starts afresh (callers number their keys again)."""
+
+    def __init__(self) -> None:
+        self.keys: list[K] = []
+        self._number: dict[K, int] = {}
+
+    def number(self, key: K) -> int:
+        """The key's number (a new one for a new key)."""
+        n = self._number.get(key)
+        if n is None:
+            n = self._number[key] = len(self.keys)
+            self.keys.append(key)
+        return n
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def compact(self) -> None:
+        """Forget every key."""
+        self.keys, self._number = [], {}
+
+
+FitKey = tuple[tuple[float, ...], int, frozenset[str]]  # demand, GPUs per task, to avoid
+StepKey = tuple[int, frozenset[str]]  # GPUs per task (at least 1), servers to avoid
+
+
+class Queued:
+    """One candidate's per-cycle constants (module docstring)."""
+
+    __slots__ = ("candidate", "demand", "fit", "made_for", "static", "step", "tasks", "view")
+
+    def __init__(
+        self,
+        candidate: Candidate,
+        demand: tuple[float, ...],
+        fit: int,
+        step: int,
+        tasks: int,
+    ) -> None:
+        self.view = candidate.view
+        self.candidate = candidate
+        self.demand = demand
+        self.fit = fit  # number of its FitKey
+        self.step = step  # number of its StepKey
+        self.tasks = tasks  # Candidate.tasks
+        # the job row's clock-free columns (job_rows) and what they were made for: the
+        # book's entry (Priorities.source), total GPUs, config
+        self.static: np.ndarray | None = None
+        self.made_for: tuple[object, int, MlfsConfig] | None = None
+
+
+class QueueBook:
+    """Per queued job id: its :class:`Queued` record (module docstring)."""
+
+    def __init__(self) -> None:
+        self.fit_kinds: Kinds[FitKey] = Kinds()
+        self.step_kinds: Kinds[StepKey] = Kinds()
+        self._held: dict[str, Queued] = {}
+        self._pool_key: object = None
+
+    def records(
+        self, views: Sequence[JobView], pool: HostPool, resources: tuple[str, ...]
+    ) -> list[Queued]:
+        """A record per queued view, the last cycle's where the view is the same object."""
+        key = (tuple(pool.sizes.items()), pool.config.h_r, resources)
+        if key != self._pool_key:
+            self._pool_key, self._held = key, {}
+        if len(self.fit_kinds) + len(self.step_kinds) > 4 * len(views) + 1024:
+            self._held = {}  # number the kinds afresh: only those in use
+            self.fit_kinds.compact()
+            self.step_kinds.compact()
+        old, new = self._held, {}
+        out = []
+        for v in views:
+            r = old.get(v.id)
+            if r is None or r.view is not v:
+                r = self.record(Candidate(v), queued_demand(v, pool, resources))
+            new[v.id] = r
+            out.append(r)
+        self._held = new
+        return out
+
+    def record(self, candidate: Candidate, demand: tuple[float, ...]) -> Queued:
+        """A new record (a mover's too: ``demand`` is then its task load)."""
+        per_task = candidate.view.spec.gpus_per_process
+        fit = self.fit_kinds.number((demand, per_task, candidate.sources))
+        step = self.step_kinds.number((max(1, per_task), candidate.sources))
+        return Queued(candidate, demand, fit, step, candidate.tasks)
+
+
+def order(p: np.ndarray, ids: Sequence[str]) -> np.ndarray:
+    """The indices of ``p`` in MLF-H's order: ``P`` descending, then id (``sorted`` with key
+    ``(-P, id)``; ids are unique). A NaN, which ``sorted`` orders by position, falls back to
+    ``sorted`` itself."""
+    n = len(ids)
+    if np.isnan(p).any():
+        return np.array(sorted(range(n), key=lambda i: (-p[i], ids[i])), dtype=np.intp)
+    out = np.argsort(-p, kind="stable")
+    ranked = p[out]
+    same = ranked[1:] == ranked[:-1]
+    if same.any():
+        edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
+        for start, stop in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
+            run = out[start : stop + 1].tolist()
+            out[start : stop + 1] = sorted(run, key=ids.__getitem__)
+    return out
+
+
+def job_rows(
+    records: Sequence[Queued],
+    book: RowBook,
+    priorities: Priorities,
+    now: float,
+    total_gpus: int,
+    config: MlfsConfig,
+) -> np.ndarray:
+    """``RowBook.rows`` of the records' candidates (float32, one row each), the clock-free
+    columns kept on each record while its view (the record's own), its book entry and the
+    cluster's GPUs and config are the same objects / values; else from ``book``."""
+    index, entries = priorities.index, priorities.entries
+    static: list[np.ndarray] = []
+    rows: list[int] = []
+    for r in records:
+        i = index[r.view.id]
+        source = entries[i]
+        made = r.made_for
+        if made is None or made[0] is not source or made[1] != total_gpus or made[2] != config:
+            columns = book.columns(r.candidate, source.first, total_gpus, config)
+            r.static, r.made_for = np.array(columns, dtype=np.float64), (source, total_gpus, config)
+        static.append(r.static)  # type: ignore[arg-type]
+        rows.append(i)
+    out = np.array(static, dtype=np.float64).reshape(len(static), len(JOB_FEATURES))
+    out[:, DYNAMIC] = dynamic_columns(priorities.clock[rows], now, config)
+    return out.astype(np.float32)
