@@ -168,7 +168,7 @@ def plan(
         eligible = remaining[fits.mask(pool, remaining)].tolist()
         if not eligible:
             break
-        offered = tuple(candidates[i] for i in eligible)
+        offered = tuple(map(candidates.__getitem__, eligible))
         context = np.asarray(context_row(pool, total_gpus, len(eligible)), dtype=np.float32)
         step = Step(
             candidates=offered,
