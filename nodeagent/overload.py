@@ -458,10 +458,15 @@ class OverloadDetector:
         by_key = {(s.ref.job_id, s.ref.rank): s for s in candidates}
         loads = [_task_load(s, shared, load.gpu_slices) for s in candidates]
         chosen = choose_migrations(server, loads, self._config)
+        rule = "closest to the ideal virtual task (MLFS §3.3.3)"
+        if any(name.startswith("GPU ") for name in above):
+            rule = (
+                f"while a shared GPU is over h_r, among the lowest-priority p_s "
+                f"{self._config.p_s:.2f} of its tasks; {rule}"
+            )
         reason = (
             f"{self._node_id} overloaded for {self._streak} samples "
-            f"({', '.join(hot)} > h_r {self._config.h_r:.2f}): "
-            "closest to the ideal virtual task (MLFS §3.3.3)"
+            f"({', '.join(hot)} > h_r {self._config.h_r:.2f}): {rule}"
         )
         return [_wish(by_key[pick.key], load, reason) for pick in chosen]
 

@@ -135,7 +135,7 @@ def test_the_agent_moves_the_lower_priority_task_off_a_shared_gpu(
     assert "has no priority from the controller" not in log
     # the agent named the lower-priority task on the overloaded shared GPU, and only it
     assert (requested.job_id, requested.node_id) == (light.id, "node-a"), requested.message
-    assert "GPU 0" in requested.message, requested.message
+    assert "GPU 0" in requested.message and "p_s" in requested.message, requested.message
     assert {e.job_id for e in events if e.kind == "migration_requested"} == {light.id}
     # node-b took it: suspended on node-a, resumed and completed on node-b
     assert done.state is JobState.COMPLETED, done.message

@@ -245,6 +245,7 @@ def test_two_tasks_over_h_r_on_one_gpu_the_lower_priority_one_is_named() -> None
     (wish,) = det.observe(load)
     assert wish.ref == TaskRef("b", 0, 1)
     assert "GPU 0 0.950 > h_r 0.90" in wish.reason
+    assert "among the lowest-priority p_s 0.10 of its tasks" in wish.reason
 
 
 def test_the_same_tasks_on_whole_gpus_leave_the_choice_to_the_distance() -> None:
@@ -255,7 +256,8 @@ def test_the_same_tasks_on_whole_gpus_leave_the_choice_to_the_distance() -> None
     assert load.gpu_utilization == pytest.approx({0: 0.6, 1: 0.35})
     det = detector()
     assert det.hot(load) == ["cpu 0.950"]
-    assert [w.ref.job_id for w in det.observe(load)] == ["a"]
+    (wish,) = det.observe(load)
+    assert wish.ref.job_id == "a" and "p_s" not in wish.reason
 
 
 def test_a_shared_gpu_at_or_under_h_r_is_no_overload() -> None:
