@@ -230,7 +230,7 @@ def measure_load(
         used_cores = sum(cores.values())
         used_memory = float(sum(m.memory_rss_bytes for _, m in tasks))
         used_net = sum(task_net.values()) if attributed else (net if tasks else 0.0)
-        held_gpus = {p for share in shares for p in share.gpu_shares}
+        held_gpus = {gpu for mine in own.values() for gpu in mine}
         used_gpus = sum(u for p, u in gpu_util.items() if p in held_gpus)
     utilization = {
         "gpu": used_gpus / gpu_count if gpu_count else 0.0,
