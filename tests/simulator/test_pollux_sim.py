@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.policy import make_policy
+from controller.policy.pollux import PolluxPolicy
 from simulator.elastic import ElasticJobModel, batch_metrics, critical_batch, load_pollux
 from simulator.engine import ClusterShape, SimConfig, Simulation
 from simulator.metrics import compute_metrics
@@ -26,7 +26,7 @@ def test_batch_jobs_report_their_noise_scale():
 @needs_data
 def test_pollux_completes_a_slice_of_a_pollux_workload():
     jobs = load_pollux(DATA / "pollux" / "workloads" / "workload-2.csv", DATA)[:30]
-    policy = make_policy("pollux")
+    policy = PolluxPolicy(population=16, generations=8)  # a smaller search: a faster test
     sim = Simulation(
         jobs, policy, ClusterShape(4, 4), ElasticJobModel(), SimConfig(check_invariants=True)
     )
