@@ -29,10 +29,10 @@ would leave GPU 0 over h_r, and the rule would name ``heavy`` too).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 
 from mlsched.localcluster import ClusterTiming
 from mlsched.model import IterationStop, JobSpec, JobState
@@ -74,15 +74,6 @@ def job_spec(script: Path, go: Path, name: str) -> JobSpec:
         working_dir=str(script.parent),
         suspend_grace_s=1.0,  # no trainer to checkpoint: SIGTERM soon
     )
-
-
-def wait_until(predicate, timeout: float) -> None:
-    """Poll ``predicate`` until it holds (a state, never a duration, is what is waited for)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not reached within {timeout} s")
-        time.sleep(0.1)
 
 
 def agent_log(cluster, node_id: str) -> str:

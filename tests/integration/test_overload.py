@@ -32,11 +32,11 @@ same task itself from the same numbers (hysteresis is covered by the unit tests)
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 
 from mlsched.localcluster import ClusterTiming
 from mlsched.model import Deadline, IterationStop, JobClass, JobSpec, JobState
@@ -128,15 +128,6 @@ def trainer_spec(script: Path, cluster, name: str, steps: int, *args: str) -> Jo
         working_dir=str(script.parent),
         env=(("OMP_NUM_THREADS", "1"),),
     )
-
-
-def wait_until(predicate, timeout: float) -> None:
-    """Poll ``predicate`` until it holds (a state, never a duration, is what is waited for)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not reached within {timeout} s")
-        time.sleep(0.1)
 
 
 def wait_for_request(cluster, client, timeout_s: float = 60.0):
