@@ -18,6 +18,7 @@ from controller.policy.mlfs.rl.queue import order
 from simulator.engine import ClusterShape, SimConfig, Simulation
 from simulator.types import TraceJob
 from simulator.workload import assign_mlfs_features
+from tests.simulator.test_mlfs import LinearModel
 
 
 class _Scratch(MlfRlPolicy):
@@ -54,28 +55,6 @@ class _Twin:
         return mine
 
 
-class _Model:
-    """Speed 1 on one node, 0.5 across nodes; suspend 4 s, resume 20 s."""
-
-    def work_s(self, job: TraceJob) -> float:
-        return job.duration_s
-
-    def speed(self, job: TraceJob, gpus: int, nodes: int) -> float:
-        return 1.0 if nodes == 1 else 0.5
-
-    def iteration_time(self, job: TraceJob, gpus: int, nodes: int) -> tuple[float, float]:
-        return 1.0, 1.0
-
-    def suspend_s(self, job: TraceJob, gpus: int) -> float:
-        return 4.0
-
-    def resume_s(self, job: TraceJob, gpus: int) -> float:
-        return 20.0
-
-    def metric_at(self, job: TraceJob, fraction: float) -> float | None:
-        return 0.5 + 0.4 * min(1.0, max(0.0, fraction))
-
-
 @pytest.mark.parametrize("load_control", [False, True])
 def test_kept_state_changes_no_decision(load_control: bool) -> None:
     """A queue of hundreds of jobs with measured loads (overloads, movers) on 3 x 8 GPUs."""
@@ -94,7 +73,7 @@ def test_kept_state_changes_no_decision(load_control: bool) -> None:
     jobs = assign_mlfs_features(jobs, rng)
     twin = _Twin(MlfRlPolicy(load_control=load_control), _Scratch(load_control=load_control))
     config = SimConfig(lease_s=300.0, cycle_s=60.0)
-    Simulation(jobs, twin, ClusterShape(3, 8), _Model(), config).run()
+    Simulation(jobs, twin, ClusterShape(3, 8), LinearModel(), config).run()
     assert twin.diffs == []
     assert twin.cycles > 200 and twin.launches >= 200
 
