@@ -59,7 +59,15 @@ def test_a_ps_job_and_a_ddp_job_are_resized_through_checkpoints_and_complete(
     ddp = JobSpec(**{**ddp.__dict__, "elastic": ElasticSpec(1, 2), "batch_size": 128})
     with cluster.client("alice") as client:
         ps_job = client.submit(ps_spec)
-        wait_job(cluster, client, ps_job.id, lambda j: j.state is JobState.RUNNING)
+        # Trained a step before the DDP job changes the job set: resized at step 0 (seen on
+        # one pinned core) it would have no checkpoint to resume from, and nothing to test.
+        wait_job(
+            cluster,
+            client,
+            ps_job.id,
+            lambda j: j.state is JobState.RUNNING and j.iteration > 0,
+            timeout_s=300,
+        )
         ddp_job = client.submit(ddp)
         ps_done = wait_job(cluster, client, ps_job.id, ended, timeout_s=600)
         grown = wait_job(
