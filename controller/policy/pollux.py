@@ -39,7 +39,7 @@ from controller.policy.base import (
 )
 from controller.policy.pollux_goodput import Limits, Params, Point, fit, goodput_table
 from controller.policy.pollux_search import Problem, evolve, realloc_factor
-from controller.policy.slaq_resize import placement_for
+from controller.policy.slaq_resize import held, placement_for
 from mlsched.model import BatchRule
 
 INTERVAL_S = 60.0  # §4.2: PolluxSched reallocates every 60 s
@@ -55,10 +55,6 @@ class Track:
     most: int = 0  # the most GPUs it has held
     restarts: int = 0  # GPU changes and suspensions ordered (R_j of the realloc factor)
     fitted: tuple[int, Params] | None = None  # (points when fitted, parameters)
-
-
-def held(job: JobView) -> int:
-    return sum(len(p.gpu_indices) for p in job.placement)
 
 
 def scheduled(job: JobView) -> bool:
