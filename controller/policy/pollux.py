@@ -248,8 +248,9 @@ class PolluxPolicy:
                     renew.append(Renew(job.id, lease))
             elif all(row[i] <= len(own.get(n, ())) for i, n in enumerate(nodes)):
                 keep = [(n, g) for i, n in enumerate(nodes) for g in own.get(n, [])[: row[i]]]
+                kept = set(keep)
                 for n, gs in own.items():
-                    free[n].extend(g for g in gs if (n, g) not in set(keep))
+                    free[n].extend(g for g in gs if (n, g) not in kept)
                 resize.append(Resize(job.id, placement_for(keep, job), lease, batch, REASON))
                 self.tracks[job.id].restarts += 1
             else:
