@@ -53,13 +53,11 @@ and computes no priority: without lease-boundary preemption none would matter.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.placement import TaskPlacement
 from controller.policy.base import (
     ClusterSnapshot,
     Decision,
@@ -70,7 +68,6 @@ from controller.policy.base import (
     Stop,
     Suspend,
 )
-from controller.policy.common import GpuMap
 from controller.policy.mlfs.book import PriorityBook
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
@@ -86,6 +83,7 @@ from controller.policy.mlfs.moves import (
     unload_busy,
     unload_movers,
 )
+from controller.policy.mlfs.preempt import lease_victims
 from controller.policy.mlfs.priority import TaskKey
 from controller.policy.ranks import for_agents
 from controller.policy.retreat import HOLD_S, NO_HOST, keep_off
@@ -157,7 +155,9 @@ class MlfhPolicy:
             releasing.extend(p for p in mover.view.placement if p.rank in mover.ranks)
         expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
         victims = (
-            self._preempt(waiting, expired, job_priority, pool, releasing) if preempting else []
+            lease_victims(waiting, expired, job_priority, pool, releasing, self.preempt_ratio)
+            if preempting
+            else []
         )
         suspends.extend(Suspend(v.id, reason) for v, reason in victims)
         gone = {v.id for v, _ in victims}
@@ -240,50 +240,6 @@ class MlfhPolicy:
 
     # --- lease boundaries -------------------------------------------------------------------
 
-    def _preempt(
-        self,
-        waiting: Sequence[JobView],
-        expired: Sequence[JobView],
-        priority: Mapping[str, float],
-        pool: HostPool,
-        releasing: Iterable[TaskPlacement],
-    ) -> list[tuple[JobView, str]]:
-        """Victims for the waiting jobs, highest priority first (module docstring, step 4)."""
-        candidates = sorted(expired, key=lambda v: (priority[v.id], v.id))  # lowest first
-        ranks = [priority[v.id] * self.preempt_ratio for v in candidates]
-        avail = GpuMap(pool.free_map())
-        avail.give(releasing)
-        victims: list[tuple[JobView, str]] = []
-        chosen: set[str] = set()
-        failed: dict[int, tuple[int, int]] = {}  # per process -> (map version, fewest tasks)
-        for job in waiting:
-            gpus, per_task = job.spec.gpus, job.spec.gpus_per_process
-            placement = avail.place(gpus, per_task)
-            if placement is not None:  # GPUs on their way back will do: wait for them
-                avail.take(placement)
-                continue
-            cut = bisect_left(ranks, priority[job.id])  # P_victim * ratio < P_job
-            eligible = [v for v in candidates[:cut] if v.id not in chosen]
-            if not eligible:
-                if avail.total == 0:
-                    break  # later jobs rank no higher: nothing to reserve, nobody to displace
-                continue
-            seen = failed.get(per_task)
-            if seen is not None and seen[0] == avail.version and gpus // per_task >= seen[1]:
-                continue
-            picked = _victims_to_fit(avail, eligible, gpus, per_task)
-            if picked is None:
-                failed[per_task] = (avail.version, gpus // per_task)
-                continue
-            for v in picked:
-                chosen.add(v.id)
-                victims.append((v, f"lease expired; yields to higher-priority {job.id}"))
-                avail.give(v.placement)
-            placement = avail.place(gpus, per_task)
-            if placement is not None:
-                avail.take(placement)
-        return victims
-
     def _stops(self, snapshot: ClusterSnapshot) -> tuple[Stop, ...]:
         if not self.load_control:
             return ()
@@ -332,37 +288,3 @@ def _job_priorities(tasks: Mapping[TaskKey, float]) -> dict[str, float]:
         if job_id not in best or p > best[job_id]:
             best[job_id] = p
     return best
-
-
-def _victims_to_fit(
-    avail: GpuMap, candidates: Sequence[JobView], gpus: int, per_task: int
-) -> list[JobView] | None:
-    """Fewest candidates, lowest priority first, whose GPUs let the job fit; then each is
-    dropped again, highest priority first, if the job still fits without it. Counted in whole
-    ``per_task`` chunks per node, which is exactly when ``place_job`` succeeds."""
-    need = gpus // per_task
-    have = {n: len(ids) for n, ids in avail.map.items()}
-    slots = avail.slots(per_task)
-    picked: list[tuple[JobView, dict[str, int]]] = []
-    for victim in candidates:
-        held: dict[str, int] = {}
-        for p in victim.placement:
-            if p.node_id in have:
-                held[p.node_id] = held.get(p.node_id, 0) + len(p.gpu_indices)
-        for node_id, count in held.items():
-            before = have[node_id] // per_task
-            have[node_id] += count
-            slots += have[node_id] // per_task - before
-        picked.append((victim, held))
-        if slots >= need:
-            break
-    else:
-        return None
-    for item in list(reversed(picked)):
-        loss = sum(have[n] // per_task - (have[n] - c) // per_task for n, c in item[1].items())
-        if slots - loss >= need:
-            slots -= loss
-            for node_id, count in item[1].items():
-                have[node_id] -= count
-            picked.remove(item)
-    return [victim for victim, _ in picked]

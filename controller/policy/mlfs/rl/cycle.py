@@ -16,20 +16,22 @@ unit here is the job, and the action is factorised into a sequence of steps:
    mover goes back to the queue, :class:`Suspend`). The steps go on until the chooser holds,
    no candidate fits or no underloaded server has a free GPU; what is left stays in the queue
    (movers: back to it, as §3.3.3 does with unassigned migration tasks).
-3. Like MLF-H by default, no running job is preempted: every expired lease is renewed, except
-   a mover's (its Migrate or Suspend answers it). With ``load_control`` MLF-C's stops come
-   first and those jobs take no further part (§3.5).
+3. Like MLF-H, with a finite ``preempt_ratio`` a queued job left waiting may displace active
+   jobs whose lease expired (:mod:`controller.policy.mlfs.preempt`, MLF-H's own rule); every
+   other expired lease is renewed, except a mover's (its Migrate or Suspend answers it).
+   With ``load_control`` MLF-C's stops come first and those jobs take no further part (§3.5).
 
 So the chooser decides *which job goes next and when to stop*; the host is the Euclidean
 choice. The chooser that always answers the candidate with the highest MLF-H priority
-(:class:`MlfhChooser`) reproduces :class:`~controller.policy.mlfs.policy.MlfhPolicy` (with its
-default, no lease-boundary preemption; a test holds the two together); MLF-RL's network is
+(:class:`MlfhChooser`) reproduces :class:`~controller.policy.mlfs.policy.MlfhPolicy` with the
+same ``preempt_ratio`` (a test holds the two together); MLF-RL's network is
 another chooser. Candidates are offered in MLF-H's order (priority, then id). Steps 1-2 use
 MLF-H's own rules (:mod:`controller.policy.mlfs.moves`), so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,6 +61,7 @@ from controller.policy.mlfs.moves import (
     unload_busy,
     unload_movers,
 )
+from controller.policy.mlfs.preempt import lease_victims
 from controller.policy.mlfs.rl.features import (
     JOB_FEATURES,
     Candidate,
@@ -109,10 +112,12 @@ def plan(
     lease_s: float | None = None,
     load_control: bool = False,
     memory: Memory | None = None,
+    preempt_ratio: float = math.inf,
 ) -> Decision:
     """The cycle's decision with ``chooser`` making the choices (module docstring).
     ``memory``: what a policy keeps between its cycles (:class:`Memory`); the decision is the
-    same with or without it."""
+    same with or without it. ``preempt_ratio``: MLF-H's lease-boundary preemption
+    (:mod:`controller.policy.mlfs.preempt`); infinite: none."""
     memory = memory if memory is not None and memory.config is config else Memory(config)
     lease = lease_s or snapshot.default_lease_s
     stops: tuple[Stop, ...] = ()
@@ -126,11 +131,16 @@ def plan(
     pool = HostPool(snapshot.nodes, resources, config, memory.nodes)
     unload_busy(pool, snapshot.busy, resources)
     hot = hot_servers(pool, active, config.h_r)
-    if idle(pool, hot, active):
+    preempting = math.isfinite(preempt_ratio)
+    if not preempting and idle(pool, hot, active):
         expired = (v for v in snapshot.expired() if v.id not in stopped)
         return Decision(renew=tuple(Renew(v.id, lease) for v in expired), stop=stops)
     involved = [
-        v for v in active if v.migration_requested or any(p.node_id in hot for p in v.placement)
+        v
+        for v in active
+        if (preempting and v.lease_expires_at is not None and v.lease_expires_at <= now)
+        or v.migration_requested
+        or any(p.node_id in hot for p in v.placement)
     ]
     priorities = memory.book.priorities(snapshot.queued, involved, now)
     totals = priorities.tasks
@@ -163,6 +173,7 @@ def plan(
     launches: list[Launch] = []
     migrations: list[Migrate] = []
     suspends: list[Suspend] = []
+    unplaced: list[int] = []  # queued candidates chosen that did not fit after all
     remaining = np.arange(len(candidates))
     while remaining.size and pool.room(1) > 0:
         eligible = remaining[fits.mask(pool, remaining)].tolist()
@@ -195,12 +206,30 @@ def plan(
                 migrations.append(Migrate(chosen.view.id, placement, lease, reason))
         else:
             placement = place_queued(chosen.view, demands[index], pool, totals)
-            if placement is not None:
+            if placement is None:
+                unplaced.append(index)
+            else:
                 launches.append(Launch(chosen.view.id, placement, lease))
     for index in remaining.tolist():
         if candidates[index].moving:
             suspends.append(Suspend(candidates[index].view.id, LEFT_QUEUED))
     expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
+    if preempting:
+        left = sorted(unplaced + [i for i in remaining.tolist() if not candidates[i].moving])
+        releasing = [p for v in snapshot.busy for p in v.placement]
+        for mover in movers.values():
+            releasing.extend(p for p in mover.view.placement if p.rank in mover.ranks)
+        victims = lease_victims(
+            [candidates[i].view for i in left],
+            expired,
+            priorities.job,
+            pool,
+            releasing,
+            preempt_ratio,
+        )
+        suspends.extend(Suspend(v.id, reason) for v, reason in victims)
+        gone = {v.id for v, _ in victims}
+        expired = [v for v in expired if v.id not in gone]
     return Decision(
         launch=tuple(launches),
         renew=tuple(Renew(v.id, lease) for v in expired),

@@ -17,6 +17,7 @@ decision with the memory as without it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,11 @@ class MlfRlPolicy:
     network: PointerNet | None = field(default=None, repr=False, compare=False)
     meta: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     retreat_hold_s: float = HOLD_S  # controller.policy.retreat: where nothing was measured
+    preempt_ratio: float = math.inf  # MLF-H's lease-boundary preemption (mlfs/preempt.py)
 
     def __post_init__(self) -> None:
+        if not self.preempt_ratio >= 1.0:
+            raise ValueError(f"preempt_ratio must be >= 1, got {self.preempt_ratio}")
         if self.network is None:
             self.network, self.meta = load_model(self.model_path)
         self._frozen = FrozenPointer(self.network)  # inference in NumPy (network.py)
@@ -69,6 +73,7 @@ class MlfRlPolicy:
             lease_s=self.lease_s,
             load_control=self.load_control,
             memory=self._memory,
+            preempt_ratio=self.preempt_ratio,
         )
 
     def choose(self, step: Step) -> int:

@@ -131,6 +131,41 @@ def test_mlfh_chooser_reproduces_mlfh(seed: int, check_policy_properties) -> Non
     check_policy_properties(seed, both, lambda *_: False)
 
 
+@pytest.mark.parametrize("ratio", [1.0, 10.0])
+@pytest.mark.parametrize("seed", range(20))
+def test_mlfh_chooser_reproduces_preempting_mlfh(
+    seed: int, ratio: float, check_policy_properties
+) -> None:
+    # the same lease-boundary preemption (controller/policy/mlfs/preempt.py) in both cycles
+    def both(snap: ClusterSnapshot) -> Decision:
+        mine = plan(snap, MlfhChooser(), CONFIG, preempt_ratio=ratio)
+        same(mine, MlfhPolicy(preempt_ratio=ratio).decide(snap))
+        return mine
+
+    check_policy_properties(seed, both, lambda *_: True)
+
+
+def test_mlf_rl_preempts_an_expired_lower_priority_job() -> None:
+    # Node a's two GPUs are held by r (lease expired at 100). Eq. 6 ranks the new, urgent q
+    # above r: P_q = 2.137 > P_r = 1.265 (MLF-H's own figures), so q displaces r when
+    # P_r * ratio < P_q: with ratio 1.5 (1.90) it does, with 2 (2.53) it does not.
+    r = running("r", "a", (0, 1), cpu=0.1, expires=100.0)
+    nodes = (NodeView("a", (0, 1), (), load(gpu=0.2, cpu=0.1)),)
+    snap = ClusterSnapshot(100.0, nodes, (queued("q", 2, urgency=10.0),), (r,))
+    assert MlfhPolicy().job_priorities(snap) == pytest.approx({"q": 2.1368, "r": 1.265}, abs=1e-4)
+    decision = MlfRlPolicy(network=PointerNet(hidden=8), preempt_ratio=1.5).decide(snap)
+    assert [s.job_id for s in decision.suspend] == ["r"]
+    assert "q" in decision.suspend[0].reason
+    assert decision.renew == () and decision.launch == ()  # q starts once r's GPUs are back
+    for kept in (
+        MlfRlPolicy(network=PointerNet(hidden=8), preempt_ratio=2.0).decide(snap),
+        MlfRlPolicy(network=PointerNet(hidden=8)).decide(snap),  # the default: no preemption
+    ):
+        assert kept.suspend == () and [x.job_id for x in kept.renew] == ["r"]
+    with pytest.raises(ValueError):
+        MlfRlPolicy(network=PointerNet(hidden=8), preempt_ratio=0.5)
+
+
 @pytest.mark.parametrize("asked", [False, True])
 def test_mlfh_chooser_reproduces_mlfh_under_overload(asked: bool) -> None:
     snap = overloaded(asked)
