@@ -4,10 +4,13 @@
         [--end 20000] [--policy chronus,unisched,oracle,unisched:EARLY_SLO_WEIGHT=0]
 
 The jobs ``start..end`` of the trace (submit times shifted to begin at 0). A policy is a
-registry name, optionally followed by ``:NAME=VALUE`` pairs that set module constants of
-``controller.policy.unisched.policy`` for that run (e.g. ``EARLY_SLO_WEIGHT``,
-``URGENT_SLACK``). Prints, per policy: R^slo, best-effort JCT (all, <= 2 GPUs, > 2 GPUs: its
-first wait, GPU time held per GPU, suspensions per job) in minutes; how long queued
+registry name, optionally followed by ``:NAME=VALUE`` pairs. An upper-case NAME sets a module
+constant of ``controller.policy.unisched.policy`` for that run (e.g. ``EARLY_SLO_WEIGHT``,
+``URGENT_SLACK``); a lower-case one a field of the UniSched policy's ``UniSchedConfig`` (e.g.
+``unisched:keep_reward=0:profile_in_place=off:be_relaxed=1``, the code before 2026-11-25).
+
+Prints, per policy: R^slo, best-effort JCT (all, <= 2 GPUs, > 2 GPUs: its first wait, GPU
+time held per GPU, suspensions and moves per job) in minutes; how long queued
 best-effort jobs past profiling waited with too few free GPUs, with enough but not as the cells
 of their consolidated allocation, or with those cells free; and the ten most frequent
 suspension reasons by job class and size, with the free GPUs left after each such decision
@@ -112,7 +115,27 @@ def describe(records: list) -> str:  # type: ignore[type-arg]
     wait = _avg_min([r.first_start_s - r.job.submit_s for r in records])
     held = _avg_min([r.gpu_s / max(1, r.job.gpus) for r in records])
     suspensions = sum(r.suspensions for r in records) / max(1, len(records))
-    return f"{jct:.1f} (n={len(records)} wait {wait:.1f} held {held:.1f} susp {suspensions:.2f})"
+    moves = sum(r.migrations for r in records) / max(1, len(records))
+    return (
+        f"{jct:.1f} (n={len(records)} wait {wait:.1f} held {held:.1f} susp {suspensions:.2f}"
+        f" moves {moves:.2f})"
+    )
+
+
+def _configured(policy, fields: dict[str, str], name: str):  # type: ignore[no-untyped-def]
+    """The same policy class with some fields of its ``config`` changed (a UniSched policy)."""
+    config = policy.config
+    changed = {}
+    for key, text in fields.items():
+        current = getattr(config, key)
+        if isinstance(current, bool):
+            changed[key] = text.lower() in ("1", "true", "yes", "on")
+        elif isinstance(current, (int, float)):
+            changed[key] = type(current)(float(text))
+        else:
+            changed[key] = text
+    policy.close()
+    return type(policy)(dataclasses.replace(config, **changed), name)
 
 
 def main() -> int:
@@ -140,8 +163,13 @@ def main() -> int:
     model = philly_job_model(args.trace, "be_variants")
     for spec in args.policy.split(","):
         name, *pairs = spec.split(":")
-        constants = {k: float(v) for k, v in (pair.split("=", 1) for pair in pairs)}
-        policy = CountingSuspensions(make_policy(name), constants)
+        settings = dict(pair.split("=", 1) for pair in pairs)
+        constants = {k: float(v) for k, v in settings.items() if k.isupper()}
+        inner = make_policy(name)
+        fields = {k: v for k, v in settings.items() if not k.isupper()}
+        if fields:
+            inner = _configured(inner, fields, spec)
+        policy = CountingSuspensions(inner, constants)
         defaults = {k: getattr(unisched_policy, k) for k in constants}
         try:
             result = Simulation(jobs, policy, parse_cluster(args.cluster), model, SimConfig()).run()
@@ -158,6 +186,7 @@ def main() -> int:
             f"{spec}: R^slo {100 * r_slo:.2f} %; BE JCT {describe(done)}; "
             f"<= 2 GPUs {describe([r for r in done if r.job.gpus <= 2])}; "
             f"> 2 GPUs {describe([r for r in done if r.job.gpus > 2])}"
+            f"; refused moves {result.refused_migrations}"
         )
         for size in ("<= 2 GPUs", "> 2 GPUs"):
             finished = max(1, sum(1 for r in done if (r.job.gpus > 2) == (size == "> 2 GPUs")))

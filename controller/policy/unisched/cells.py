@@ -130,6 +130,13 @@ class CellPool:
             levels, {node: node_cells(ids, levels) for node, ids in sorted(free.items()) if ids}
         )
 
+    def free_gpus(self) -> dict[str, set[int]]:
+        """The GPUs of the free cells, per node."""
+        return {
+            node: {start + i for level, start in cells for i in range(1 << level)}
+            for node, cells in self.cells.items()
+        }
+
     def take(
         self, level: int, prefer: Sequence[str] = (), avoid: Sequence[str] = ()
     ) -> tuple[str, int] | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 SOLVERS = ("cbc", "highs", "scipy")
 OBJECTIVES = ("reward", "feasible")
 PLACEMENTS = ("joint", "roundup")
+IN_PLACE = ("off", "first", "only", "best-effort")
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,31 @@ class UniSchedConfig:
 
     ``oracle``: the limit, not a scheduler: every job's true iterations, speeds and t_sr are
     known at submission (``JobView.truth``, filled by the simulator only), and nothing is
-    profiled. ``objective="feasible"``: the solver stops at its first feasible solution
+    profiled.
+
+    Best-effort execution (our choices where §III leaves it open; docs/unisched.md, *Big
+    best-effort jobs run where they were profiled*): ``be_relaxed`` offers best-effort jobs the
+    relaxed multi-node allocations SLO jobs get (off: only their consolidated allocation).
+    ``keep_reward`` per GPU is added to the reward of a running best-effort job whose lease is
+    renewed where it runs (and of a profiled job growing in place). At 0.5 (the profiler reward
+    over a profiling run's 2 GPUs) its GPUs are worth more than any queued best-effort jobs
+    could earn on them, and at least as much as 2-GPU profiling runs: it yields to SLO
+    deadlines and to profiling runs that use its GPUs more densely (a 1-GPU job's), never to
+    other best-effort work.
+    ``yield_smallest_first``: when an urgent SLO job needs GPUs of renewed jobs, the
+    smallest jobs yield first and only those whose GPUs it needs (off: lowest reward first).
+    ``keep_started``: a queued best-effort job that has run at its full size (a speed sample
+    at its size) earns ``keep_reward`` per GPU too, so it resumes before jobs not started.
+    ``pack``: a job the MILP chose whose cells the free GPUs cannot hold is given a whole
+    cell by moving renewed best-effort jobs out of it to free cells elsewhere.
+    ``profile_in_place``: a job larger than its profiling run is profiled inside the cells of
+    its consolidated allocation, whose other GPUs are held for it, and at the end of profiling
+    grows to its full size there (a move, not a suspension into the queue). "first": that
+    allocation is its first profiling option and a bare 2-GPU run the fallback; "only": it is
+    profiled only where it can grow; "best-effort": "only" for best-effort jobs and "first"
+    for SLO jobs (whose deadlines do not wait for a whole cell); "off": a bare 2-GPU run (the
+    code before 2026-11-25).
+    ``objective="feasible"``: the solver stops at its first feasible solution
     instead of maximising Eq. 4 (Fig. 10b). ``static_profile_nodes``: that many nodes (the
     last by id) only profile, first come first served, outside the MILP (Fig. 9a's static
     profiler; the paper uses 2); 0 plans profiling jobs in the MILP as §III-C does.
@@ -53,6 +78,12 @@ class UniSchedConfig:
     oracle: bool = False
     objective: str = "reward"
     static_profile_nodes: int = 0
+    be_relaxed: bool = False
+    keep_reward: float = 0.5
+    profile_in_place: str = "best-effort"
+    yield_smallest_first: bool = True
+    pack: bool = True
+    keep_started: bool = True
 
     def __post_init__(self) -> None:
         if self.be_lease_s is not None and not self.be_lease_s > 0:
@@ -71,6 +102,12 @@ class UniSchedConfig:
             raise ValueError(
                 f"unknown objective {self.objective!r}; valid: {', '.join(OBJECTIVES)}"
             )
+        if self.profile_in_place not in IN_PLACE:
+            raise ValueError(
+                f"unknown profile_in_place {self.profile_in_place!r}; valid: {', '.join(IN_PLACE)}"
+            )
+        if self.keep_reward < 0:
+            raise ValueError(f"keep_reward must be >= 0, got {self.keep_reward}")
         if self.static_profile_nodes < 0:
             raise ValueError(f"static_profile_nodes must be >= 0, got {self.static_profile_nodes}")
         if self.oracle and (self.profiling or self.static_profile_nodes):

@@ -33,7 +33,15 @@ from dataclasses import dataclass, replace
 from controller.estimator.duration import predicted_iterations
 from controller.estimator.speed import SpeedModel, fit_speed_model
 from controller.placement import TaskPlacement
-from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, Renew, Suspend
+from controller.policy.base import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Launch,
+    Migrate,
+    Renew,
+    Suspend,
+)
 from controller.policy.overload import requested
 from controller.policy.unisched import static_profiler
 from controller.policy.unisched.cells import (
@@ -71,13 +79,20 @@ REACH = 2  # queued jobs of each kind in the MILP: up to this many times the GPU
 
 @dataclass(frozen=True)
 class _Choice:
-    """One allocation of a candidate: cells, the nodes it spans at worst, or a kept placement."""
+    """One allocation of a candidate: cells, the nodes it spans at worst, or a kept placement.
+
+    ``profile``: a profiling run of that many GPUs inside the allocation's cells, whose other
+    GPUs are held for the job to grow into (``UniSchedConfig.profile_in_place``); ``gpus`` is
+    then the job's full size. ``placement``: a kept choice that grows in place, onto these
+    GPUs (its profiling run's and the ones held for it)."""
 
     allocation: Allocation
     nodes: int
     gpus: int
     spread: bool = False
     keep: bool = False
+    profile: int = 0
+    placement: tuple[TaskPlacement, ...] = ()
 
 
 @dataclass
@@ -102,13 +117,17 @@ class UniSchedPolicy:
         self._last: MilpSolution | None = None
         self._picked: dict[str, Allocation] = {}  # job -> allocation of the last solution
         self._rank: dict[str, tuple[int, float]] = {}  # fill order of jobs at the last boundary
+        # profiling runs in place: job -> the full-size placement held for it to grow into, and
+        # (this cycle) the GPUs of it that the run does not use yet, per node
+        self._growing: dict[str, tuple[TaskPlacement, ...]] = {}
+        self._spares: dict[str, dict[str, set[int]]] = {}
         # Memos of pure per-job results, each with what it was computed from and recomputed
         # when that changed (a new speed sample, progress, a new placement, another term):
         self._speeds: dict[str, tuple[object, SpeedModel | None]] = {}  # samples -> Eq. 2 fit
         self._held: dict[str, tuple[object, _Choice]] = {}  # placement -> the kept choice
         # not running: (inputs, terms to the deadlines, candidate, its term-free estimates)
         self._queued: dict[str, tuple[tuple[object, ...], list[int], _Candidate, tuple]] = {}
-        self._options: dict[tuple[bool, int, int, int], tuple[_Choice, ...]] = {}
+        self._options: dict[tuple[str, str, int, int, int], tuple[_Choice, ...]] = {}
         self._described: dict[_Choice, str] = {}  # _describe's text per choice (few shapes)
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
         self.boundary_cycles = 0  # cycles at lease boundaries (the MILP's, solved or not)
@@ -124,7 +143,7 @@ class UniSchedPolicy:
     def decide(self, snapshot: ClusterSnapshot) -> Decision:
         if not snapshot.nodes:
             return Decision()
-        snapshot = _without_new_work_on_overloaded(snapshot)
+        snapshot = self._hold(_without_new_work_on_overloaded(snapshot))
         if self.config.static_profile_nodes:
             return self._with_static_profiler(snapshot)
         return self._decide(snapshot)
@@ -158,7 +177,7 @@ class UniSchedPolicy:
         pool = CellPool.of(free, levels)
         launch: list[Launch] = []
         for view in profiling:
-            choice = self._choices(view, "profiling", levels)[0]
+            choice = self._bare_profile(view, levels)
             if choice.spread and len(reserved) < 2:  # one profiling node: T1 measured there
                 choice = _Choice(allocations(choice.gpus, levels)[0], 1, choice.gpus)
             placed = pool.place_all([_request(view, choice)])
@@ -190,6 +209,15 @@ class UniSchedPolicy:
                 continue
             held = _held(view)
             _give_back(pool, view.placement)
+            if held < view.gpus and view.speed_samples and view.id in self._spares:
+                # profiled in place: its kept choice is to grow there (or it goes to the queue)
+                for node, ids in self._spares[view.id].items():
+                    pool.setdefault(node, set()).update(ids)
+                grow = self._growing[view.id]
+                candidates.append(
+                    self._candidate(view, snapshot.now, be, slo, levels, keep=True, grow=grow)
+                )
+                continue
             if held < view.gpus and view.speed_samples:  # profiled: resume at full size later
                 suspend.append(Suspend(view.id, "profiling done"))
                 # Planned in this MILP with every other job (§III-C: profiling and execution in
@@ -256,7 +284,9 @@ class UniSchedPolicy:
             pick = solution.run_now.get(cand.view.id)
             keep = cand.choices and cand.choices[0].keep
             if pick is None:
-                if keep:
+                if keep and cand.choices[0].placement:
+                    suspend.append(Suspend(cand.view.id, "profiling done; not grown in place"))
+                elif keep:
                     suspend.append(Suspend(cand.view.id, "lease not renewed by the MILP"))
                 continue
             choice = cand.choices[pick]
@@ -265,16 +295,51 @@ class UniSchedPolicy:
             else:
                 wanted.append((cand, choice))
         wanted.sort(key=lambda cw: _launch_order(cw[0]))
-        for cand in _make_room(snapshot, kept, wanted, suspend, levels):
+        smallest = self.config.yield_smallest_first
+        for cand in _make_room(snapshot, kept, wanted, suspend, levels, smallest):
             kept.remove(cand)
             suspend.append(Suspend(cand.view.id, "yields its GPUs to an SLO job's allocation"))
         now = snapshot.now
-        renew = [Renew(c.view.id, self._lease_for(c.phase, be, slo, now)) for c in kept]
+        grown = {c.view.id for c in kept if c.choices[0].placement}
+        migrate = [
+            Migrate(
+                c.view.id,
+                c.choices[0].placement,
+                self._lease_for(c.phase, be, slo, now),
+                "grows in place after profiling",
+            )
+            for c in kept
+            if c.view.id in grown
+        ]
+        free = {node: set(ids) for node, ids in snapshot.free_gpus().items()}
         stopping = {s.job_id for s in suspend}  # profiled: they start once suspended
-        pool = CellPool.of(snapshot.free_gpus(), levels)
+        for job_id, spare in self._spares.items():  # grown, or no longer held: let go
+            if job_id in grown or job_id in stopping:
+                self._growing.pop(job_id, None)
+                if job_id not in grown:
+                    for node, ids in spare.items():
+                        free.setdefault(node, set()).update(ids)
+        pool = CellPool.of({node: sorted(ids) for node, ids in free.items()}, levels)
         placed = pool.place_all(
             [_request(c.view, ch) for c, ch in wanted if c.view.id not in stopping]
         )
+        if self.config.pack:
+            unplaced = [
+                (c, ch) for c, ch in wanted if c.view.id not in stopping and c.view.id not in placed
+            ]
+            movable = [c for c in kept if c.phase == "best-effort" and c.view.id not in grown]
+            size = max(len(n.gpu_indices) for n in snapshot.nodes)
+            moves, packed = _pack(pool.free_gpus(), size, levels, unplaced, movable)
+            placed.update(packed)
+            for cand, placement in moves:
+                kept.remove(cand)
+                lease = self._lease_for(cand.phase, be, slo, now)
+                migrate.append(Migrate(cand.view.id, placement, lease, "packed for a whole cell"))
+        renew = [
+            Renew(c.view.id, self._lease_for(c.phase, be, slo, now))
+            for c in kept
+            if not c.choices[0].placement
+        ]
         launch: list[Launch] = []
         self._waiting = {}
         for cand, choice in wanted:
@@ -283,11 +348,51 @@ class UniSchedPolicy:
                 self._waiting[cand.view.id] = choice  # GPUs still being released
                 continue
             lease = self._lease_for(cand.phase, be, slo, now)
-            launch.append(Launch(cand.view.id, placement, lease))
+            launch.append(self._launch(cand.view, choice, placement, lease))
         estimates = {c.view.id: self._chosen(c, solution, snapshot.now) for c in candidates}
         return Decision(
-            launch=tuple(launch), renew=tuple(renew), suspend=tuple(suspend), estimates=estimates
+            launch=tuple(launch),
+            renew=tuple(renew),
+            suspend=tuple(suspend),
+            estimates=estimates,
+            migrate=tuple(migrate),
         )
+
+    def _launch(
+        self, view: JobView, choice: _Choice, placement: tuple[TaskPlacement, ...], lease: float
+    ) -> Launch:
+        """The launch of a job placed on ``placement``; a profiling run in place takes only its
+        profiling GPUs of it, and the rest is held for it to grow into."""
+        if not choice.profile:
+            return Launch(view.id, placement, lease)
+        self._growing[view.id] = placement
+        return Launch(view.id, _profiling_part(placement, choice.profile), lease)
+
+    def _hold(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """The snapshot without the GPUs held for profiling runs to grow into (as if busy).
+        A hold ends when its job no longer runs inside it or one of its GPUs is not free."""
+        self._spares = {}
+        if not self._growing:
+            return snapshot
+        active = {v.id: v for v in snapshot.active}
+        free = snapshot.free_gpus()
+        held: dict[str, set[int]] = {}
+        for job_id, full in list(self._growing.items()):
+            view = active.get(job_id)
+            spare = None if view is None else _spare(full, view.placement)
+            if spare is None or any(not ids <= set(free.get(n, ())) for n, ids in spare.items()):
+                del self._growing[job_id]
+                continue
+            self._spares[job_id] = spare
+            for node, ids in spare.items():
+                held.setdefault(node, set()).update(ids)
+        nodes = tuple(
+            replace(n, free_gpu_indices=tuple(g for g in n.free_gpu_indices if g not in held[n.id]))
+            if n.id in held
+            else n
+            for n in snapshot.nodes
+        )
+        return replace(snapshot, nodes=nodes)
 
     def _uncontended(
         self, snapshot: ClusterSnapshot, candidates: list[_Candidate], levels: int
@@ -327,8 +432,8 @@ class UniSchedPolicy:
             for view in planned:
                 if view.id in placed:
                     lease = self._lease_for(self._phase(view), be, slo, snapshot.now)
-                    launch.append(Launch(view.id, placed[view.id], lease))
-                    del self._waiting[view.id]
+                    choice = self._waiting.pop(view.id)
+                    launch.append(self._launch(view, choice, placed[view.id], lease))
             left -= sum(r.gpus for r in requests if r.job_id in placed)
         ordered = sorted(
             (v for v in snapshot.queued if v.id not in self._waiting and v.id not in placed),
@@ -344,7 +449,7 @@ class UniSchedPolicy:
                 placed = pool.place_all([_request(view, choice)])
                 if view.id in placed:
                     lease = self._lease_for(phase, be, slo, snapshot.now)
-                    launch.append(Launch(view.id, placed[view.id], lease))
+                    launch.append(self._launch(view, choice, placed[view.id], lease))
                     left -= choice.gpus
                     break
         return Decision(launch=tuple(launch))
@@ -368,28 +473,45 @@ class UniSchedPolicy:
     def _choices(self, view: JobView, phase: str, levels: int) -> list[_Choice]:
         """The allocation choices of a job that does not keep its placement (a pure function
         of its phase, size, GPUs per process and the cell levels; memoised)."""
-        key = (phase == "profiling", view.gpus, view.spec.gpus_per_process, levels)
+        key = (phase, view.job_class.value, view.gpus, view.spec.gpus_per_process, levels)
         found = self._options.get(key)
         if found is None:
             found = self._options[key] = tuple(self._new_choices(view, phase, levels))
         return list(found)
 
+    def _bare_profile(self, view: JobView, levels: int) -> _Choice:
+        """A profiling run alone (§III-B1): at most 2 GPUs, on one node, or on two nodes (one
+        GPU each) when the job needs more GPUs than a node holds."""
+        node_size = 1 << (levels - 1)
+        per = view.spec.gpus_per_process
+        gpus = min(view.gpus, max(PROFILE_GPUS, per))
+        gpus -= gpus % per
+        if view.gpus > node_size and gpus >= 2 and per == 1:
+            return _Choice(_cells({0: gpus}, levels), gpus, gpus, spread=True)
+        return _Choice(allocations(gpus, levels)[0], 1, gpus)
+
     def _new_choices(self, view: JobView, phase: str, levels: int) -> list[_Choice]:
         node_size = 1 << (levels - 1)
         per = view.spec.gpus_per_process
+        consolidated = math.ceil(view.gpus / node_size)
         if phase == "profiling":
-            gpus = min(view.gpus, max(PROFILE_GPUS, per))
-            gpus -= gpus % per
-            spread = view.gpus > node_size and gpus >= 2 and per == 1
-            if spread:
-                return [_Choice(_cells({0: gpus}, levels), gpus, gpus, spread=True)]
-            return [_Choice(allocations(gpus, levels)[0], 1, gpus)]
+            bare = self._bare_profile(view, levels)
+            mode = self.config.profile_in_place
+            if mode == "off" or bare.gpus >= view.gpus:
+                return [bare]
+            # the cells of the consolidated allocation (the Chronus round-up), run in by the
+            # profiling run and held for the job to grow into when its profile is taken
+            cells = allocations(view.gpus, levels, roundup=True)[0]
+            grow = _Choice(cells, consolidated, view.gpus, profile=bare.gpus)
+            if mode == "best-effort":
+                mode = "only" if view.job_class is JobClass.BEST_EFFORT else "first"
+            return [grow] if mode == "only" else [grow, bare]
         roundup = self.config.placement == "roundup"
         found = []
-        consolidated = math.ceil(view.gpus / node_size)
+        extra = MAX_EXTRA_NODES if phase == "slo" or self.config.be_relaxed else 0
         for i, alloc in enumerate(allocations(view.gpus, levels, roundup)):
             nodes = consolidated if i == 0 else max(consolidated, min(sum(alloc), view.gpus))
-            if nodes > consolidated + MAX_EXTRA_NODES or len(found) == MAX_OPTIONS:
+            if nodes > consolidated + extra or len(found) == MAX_OPTIONS:
                 continue
             if per > 1 and any(alloc[lv] for lv in range(levels) if (1 << lv) < per):
                 continue  # a process's GPUs must share a node
@@ -410,16 +532,33 @@ class UniSchedPolicy:
         return cached[1]
 
     def _candidate(
-        self, view: JobView, now: float, be: float, slo: float, levels: int, keep: bool = False
+        self,
+        view: JobView,
+        now: float,
+        be: float,
+        slo: float,
+        levels: int,
+        keep: bool = False,
+        grow: tuple[TaskPlacement, ...] = (),
     ) -> _Candidate:
+        """A job's MILP entry. ``keep``: its one choice is where it runs (``grow``: onto these
+        GPUs, its profiling run's and the ones held for it)."""
         phase = self._phase(view)
         # A kept job still without a speed sample (slow to start) goes on profiling.
-        choices = [self._held_choice(view, levels)] if keep else self._choices(view, phase, levels)
+        if grow:
+            nodes = len({p.node_id for p in grow})
+            choices = [_Choice(_held_cells(grow, levels), nodes, view.gpus, True, True, 0, grow)]
+        elif keep:
+            choices = [self._held_choice(view, levels)]
+        else:
+            choices = self._choices(view, phase, levels)
         if phase == "profiling":
             reward = self.config.profiler_reward
-            milp = MilpJob(
-                view.id, choices[0].gpus, tuple(Option(c.allocation) for c in choices), reward
+            # a profiling run in place is preferred where its cells cost nothing else
+            options = tuple(
+                Option(c.allocation, (), TIE_BREAK if c.profile else 0.0) for c in choices
             )
+            milp = MilpJob(view.id, choices[0].gpus, options, reward)
             estimate = JobEstimate(phase, 0, 0.0, 0.0, reward, _describe(choices[0]), now)
             return _Candidate(view, phase, choices, milp, estimate)
         iterations = self._iterations(view)
@@ -460,12 +599,20 @@ class UniSchedPolicy:
             ]
             feasible = bool(spare)
             # Running now earns an SLO job a best-effort job's reward (EARLY_SLO_WEIGHT), on top
-            # of its deadline's; one that can no longer meet any deadline is a best-effort job.
+            # of its deadline's; one that can no longer meet any deadline is a best-effort job,
+            # keep_reward included.
             now_reward = be_reward * (EARLY_SLO_WEIGHT if feasible else 1.0)
+            if not feasible:
+                now_reward += self._keep_bonus(view, keep)
             milp = MilpJob(view.id, view.gpus, options, now_reward, deadlines, slo=True)
         else:  # best-effort: the reward of the allocation it runs on (§III-C2)
+            # a running job renewed where it runs earns keep_reward more per GPU (our choice):
+            # more than queued best-effort jobs could earn on its GPUs, so it yields to SLO
+            # deadlines and profiling runs, not to other best-effort work; with keep_started,
+            # so does a queued job that has run at its full size (it resumes first)
+            bonus = self._keep_bonus(view, keep)
             options = tuple(
-                Option(c.allocation, (), r) for c, r in zip(choices, rewards, strict=True)
+                Option(c.allocation, (), r + bonus) for c, r in zip(choices, rewards, strict=True)
             )
             milp = MilpJob(view.id, view.gpus, options)
         t_iter = est.iteration_time(view.gpus, choices[0].nodes) or 0.0
@@ -485,6 +632,13 @@ class UniSchedPolicy:
         if key:
             self._queued[view.id] = (key, terms, cand, (est, runs, remainings, rewards))
         return cand
+
+    def _keep_bonus(self, view: JobView, keep: bool) -> float:
+        """``keep_reward`` per GPU for a job competing as a best-effort job that runs (renewed
+        where it is) or, with ``keep_started``, has run at its full size (a speed sample at
+        its size); 0 otherwise."""
+        started = self.config.keep_started and any(s.gpus == view.gpus for s in view.speed_samples)
+        return self.config.keep_reward * view.gpus if keep or started else 0.0
 
     def _speed(self, view: JobView) -> SpeedModel | None:
         """Eq. 2 fitted to the job's speed samples, refitted only when they changed."""
@@ -545,8 +699,9 @@ class UniSchedPolicy:
                 continue
             if cand.slack is not None and cand.slack <= URGENT_SLACK:
                 ranks[cand.view.id] = (2, float(cand.slack))
-            else:
-                ranks[cand.view.id] = (3, -_now_reward(cand) / max(1, cand.view.gpus))
+            else:  # a best-effort job by its own reward, without keep_reward (the MILP's)
+                value = cand.estimate.reward if cand.phase == "best-effort" else _now_reward(cand)
+                ranks[cand.view.id] = (3, -value / max(1, cand.view.gpus))
         return ranks
 
     def _describe(self, choice: _Choice) -> str:
@@ -603,11 +758,47 @@ class UniSchedPolicy:
     def _prune(self, live: Iterable[str]) -> None:
         keep = set(live)
         self._picked = {j: a for j, a in self._picked.items() if j in keep}
+        self._growing = {j: p for j, p in self._growing.items() if j in keep}
         for memo in (self._speeds, self._held, self._queued):
             for job_id in [j for j in memo if j not in keep]:
                 del memo[job_id]
         for job_id in [j for j in self._curves if j not in keep]:
             del self._curves[job_id]
+
+
+def _spare(
+    full: tuple[TaskPlacement, ...], running: tuple[TaskPlacement, ...]
+) -> dict[str, set[int]] | None:
+    """The GPUs of ``full`` a job running on ``running`` does not use, per node; None when it
+    does not run inside ``full`` (moved) or already runs on all of it (grown)."""
+    inside = {(p.node_id, g) for p in full for g in p.gpu_indices}
+    used = {(p.node_id, g) for p in running for g in p.gpu_indices}
+    if not used or not used < inside:
+        return None
+    spare: dict[str, set[int]] = {}
+    for node, gpu in inside - used:
+        spare.setdefault(node, set()).add(gpu)
+    return spare
+
+
+def _profiling_part(full: tuple[TaskPlacement, ...], gpus: int) -> tuple[TaskPlacement, ...]:
+    """The profiling run's GPUs inside a job's full-size placement (§III-B1): one GPU on each
+    of two nodes when the placement spans several nodes and a process has one GPU, else the
+    first ``gpus`` GPUs of its first node, in its processes."""
+    per = len(full[0].gpu_indices) if full else 1
+    nodes: dict[str, list[int]] = {}
+    for p in full:
+        nodes.setdefault(p.node_id, []).extend(p.gpu_indices)
+    order = list(nodes)
+    if len(order) >= 2 and gpus == 2 and all(len(p.gpu_indices) == 1 for p in full):
+        picked = {order[0]: [min(nodes[order[0]])], order[1]: [min(nodes[order[1]])]}
+    else:
+        picked = {order[0]: sorted(nodes[order[0]])[:gpus]}
+    tasks: list[TaskPlacement] = []
+    for node, indices in picked.items():
+        for i in range(0, len(indices), per):
+            tasks.append(TaskPlacement(len(tasks), node, tuple(indices[i : i + per])))
+    return tuple(tasks)
 
 
 def _held(view: JobView) -> int:
@@ -713,6 +904,7 @@ def _make_room(
     wanted: list[tuple[_Candidate, _Choice]],
     suspend: list[Suspend],
     levels: int,
+    smallest_first: bool = True,
 ) -> list[_Candidate]:
     """Kept non-SLO jobs to suspend so that every urgent SLO job the MILP chose can be placed.
 
@@ -725,7 +917,10 @@ def _make_room(
     with more slack waits for its cells instead (started by a fill cycle, or planned again at
     the next boundary): evicting a best-effort job to start it a term early costs that job a
     suspension and a resume, and measured on MIX1 these evictions were most best-effort
-    suspensions (docs/unisched.md)."""
+    suspensions (docs/unisched.md). ``smallest_first``: the smallest jobs yield first (a
+    small job finds room again soon, a job of whole nodes waits for whole nodes), and of
+    those, any whose GPUs the SLO jobs turn out not to need keeps running; otherwise the
+    lowest reward first, all kept suspended (the code before 2026-11-25)."""
     slo = [(c, ch) for c, ch in wanted if c.phase == "slo" and _urgent(c)]
     if not slo:
         return []
@@ -738,14 +933,153 @@ def _make_room(
         _give_back(free, view.placement)
     requests = [_request(c.view, ch) for c, ch in slo]
     yielding: list[_Candidate] = []
-    movable = sorted((c for c in kept if c.phase != "slo"), key=lambda c: c.estimate.reward)
-    while len(CellPool.of(free, levels).place_all(requests)) < len(requests) and movable:
+    movable = sorted(
+        (c for c in kept if c.phase != "slo"),
+        key=lambda c: (c.view.gpus if smallest_first else 0, c.estimate.reward),
+    )
+    while not _fits(free, requests, levels) and movable:
         cand = movable.pop(0)
-        _give_back(free, cand.view.placement)
+        _give_back(free, _holding(cand))
         yielding.append(cand)
-    if len(CellPool.of(free, levels).place_all(requests)) < len(requests):
+    if not _fits(free, requests, levels):
         return []  # no renewal frees enough: nothing gained by suspending any
+    for cand in reversed(yielding[:-1] if smallest_first else []):  # not needed: they stay
+        without = {node: set(ids) for node, ids in free.items()}
+        for p in _holding(cand):
+            without[p.node_id].difference_update(p.gpu_indices)
+        if _fits(without, requests, levels):
+            free = without
+            yielding.remove(cand)
     return yielding
+
+
+_Move = tuple[_Candidate, tuple[TaskPlacement, ...]]  # a renewed job and where it moves
+
+
+def _pack(
+    free: dict[str, set[int]],
+    node_size: int,
+    levels: int,
+    unplaced: list[tuple[_Candidate, _Choice]],
+    movable: list[_Candidate],
+) -> tuple[list[_Move], dict[str, tuple[TaskPlacement, ...]]]:
+    """Moves of renewed best-effort jobs that free whole cells for jobs the MILP chose but
+    that the free GPUs cannot hold as cells (our repair, beside :func:`_make_room`).
+
+    Eq. 14 counts the cells of renewed jobs as if they could be placed anew, so the MILP
+    chooses a job of whole cells where free GPUs are many but scattered. For each such job,
+    in launch order, whose allocation is cells of one level: the cell positions whose GPUs
+    are free or held by movable jobs (renewed best-effort jobs on one node), fewest GPUs to
+    move first, at most as many as the job needs; the movers are placed on free cells
+    elsewhere (a move is a suspension and a resumption at once). Returns the moves and the
+    placements of the jobs they made room for; ``free`` is updated."""
+    owner: dict[tuple[str, int], _Candidate] = {}
+    for cand in movable:
+        nodes = {p.node_id for p in cand.view.placement}
+        if len(nodes) == 1:
+            for p in cand.view.placement:
+                for g in p.gpu_indices:
+                    owner[(p.node_id, g)] = cand
+    moves: list[_Move] = []
+    placed: dict[str, tuple[TaskPlacement, ...]] = {}
+    moved: set[str] = set()
+    for cand, choice in unplaced:
+        used = [lv for lv, count in enumerate(choice.allocation) if count]
+        if len(used) != 1 or choice.spread:
+            continue
+        level, count = used[0], choice.allocation[used[0]]
+        width = 1 << level
+        cells: list[tuple[str, list[int]]] = []
+        trial = {node: set(ids) for node, ids in free.items()}
+        trial_moves: list[_Move] = []
+        budget = choice.gpus
+        for _ in range(count):
+            best: tuple[int, str, int, list[_Candidate]] | None = None
+            for node, ids in trial.items():
+                if any(n == node for n, _ in cells):
+                    continue  # one cell per node when the job spans several
+                for start in range(0, node_size, width):
+                    span = range(start, start + width)
+                    movers: dict[str, _Candidate] = {}
+                    ok = True
+                    for g in span:
+                        if g in ids:
+                            continue
+                        holder = owner.get((node, g))
+                        if holder is None or holder.view.id in moved:
+                            ok = False
+                            break
+                        movers[holder.view.id] = holder
+                    if not ok:
+                        continue
+                    cost = sum(_held(m.view) for m in movers.values())
+                    if best is None or cost < best[0]:
+                        best = (cost, node, start, list(movers.values()))
+            if best is None or best[0] > budget:
+                break
+            cost, node, start, movers = best
+            span_ids = set(range(start, start + width))
+            for mover in movers:  # its GPUs are free once it moves; the cell is not for it
+                _give_back(trial, mover.view.placement)
+            trial[node] -= span_ids
+            requests = [  # each onto its consolidated cell
+                CellRequest(
+                    m.view.id,
+                    allocations(_held(m.view), levels)[0],
+                    _held(m.view),
+                    m.view.spec.gpus_per_process,
+                )
+                for m in movers
+            ]
+            found = CellPool.of({n: sorted(i) for n, i in trial.items()}, levels).place_all(
+                requests
+            )
+            if len(found) < len(movers):
+                break
+            for mover in movers:
+                for p in found[mover.view.id]:
+                    trial[p.node_id].difference_update(p.gpu_indices)
+                trial_moves.append((mover, found[mover.view.id]))
+                moved.add(mover.view.id)
+            budget -= cost
+            cells.append((node, list(span_ids)))
+        else:
+            per = cand.view.spec.gpus_per_process
+            gpus = choice.gpus
+            by_node: dict[str, list[int]] = {}
+            for node, ids in cells:
+                take = sorted(ids)[: min(gpus, len(ids))]
+                by_node[node] = take
+                gpus -= len(take)
+            placement = _tasks_of(by_node, per)
+            if gpus == 0 and placement is not None:
+                free.clear()
+                free.update(trial)
+                moves.extend(trial_moves)
+                placed[cand.view.id] = placement
+                continue
+        for mover, _ in trial_moves:  # not committed: they stay where they run
+            moved.discard(mover.view.id)
+    return moves, placed
+
+
+def _tasks_of(by_node: dict[str, list[int]], per: int) -> tuple[TaskPlacement, ...] | None:
+    tasks: list[TaskPlacement] = []
+    for node, indices in by_node.items():
+        if len(indices) % per:
+            return None
+        for i in range(0, len(indices), per):
+            tasks.append(TaskPlacement(len(tasks), node, tuple(indices[i : i + per])))
+    return tuple(tasks)
+
+
+def _fits(free: dict[str, set[int]], requests: list[CellRequest], levels: int) -> bool:
+    return len(CellPool.of(free, levels).place_all(requests)) == len(requests)
+
+
+def _holding(cand: _Candidate) -> tuple[TaskPlacement, ...]:
+    """The GPUs a kept candidate holds (a profiling run in place: with those held for it)."""
+    return cand.choices[0].placement or cand.view.placement
 
 
 def _urgent(cand: _Candidate) -> bool:

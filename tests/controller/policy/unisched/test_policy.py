@@ -45,8 +45,11 @@ def test_four_6gpu_slo_jobs_on_three_nodes_all_start_where_roundup_starts_three(
 
 
 def test_three_slo_jobs_and_one_best_effort_job_all_run(make_job):
+    # with relaxed best-effort allocations; by default a best-effort job stays consolidated
+    # and waits here (test_in_place.py)
     queued = [make_job(f"s{i}") for i in range(3)] + [make_job("be", JobClass.BEST_EFFORT)]
-    decision = UniSchedPolicy().decide(ClusterSnapshot.of(0.0, NODES, queued=queued))
+    policy = UniSchedPolicy(UniSchedConfig(be_relaxed=True))
+    decision = policy.decide(ClusterSnapshot.of(0.0, NODES, queued=queued))
     assert set(launched(decision)) == {"s0", "s1", "s2", "be"}
     assert launched(decision)["be"].lease_s == 300.0  # BE lease
 
@@ -101,7 +104,9 @@ def test_expired_lease_is_renewed_or_suspended(make_job):
         lease_expires_at=300.0,
         running_since=0.0,
     )
-    urgent = make_job("urgent", deadline=1900.0, gpus=8)
+    # 1,730 s to run on 8 GPUs of one node (3 SLO leases), 3 terms to its deadline: it must
+    # start now (a running best-effort job yields only to SLO deadlines, test_in_place.py)
+    urgent = make_job("urgent", deadline=2500.0, gpus=8)
     alone = UniSchedPolicy().decide(ClusterSnapshot.of(300.0, {"a": 8}, active=[running]))
     assert [r.job_id for r in alone.renew] == ["run"]
     contested = UniSchedPolicy().decide(
