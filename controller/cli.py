@@ -75,6 +75,14 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         f"[default {DEFAULT_POLICY}; docs/policies.md]",
     )
     p.add_argument(
+        "--mlfs-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an MLFS parameter for mlf-h, mlf-rl and mlfs instead of the paper's default "
+        "(e.g. gamma_w=0; repeatable; docs/mlfs.md)",
+    )
+    p.add_argument(
         "--lease-seconds",
         type=float,
         default=300.0,
@@ -171,12 +179,18 @@ def _operator_tls(args: argparse.Namespace) -> OperatorTls | None:
 
 
 def run_controller(args: argparse.Namespace) -> int:
-    from controller.server import Controller, ControllerConfig  # the policies: imported
-    from controller.state import ControllerSettings  # to run, not for `mlsched --help`
+    # the policies: imported to run, not for `mlsched --help`
+    from controller.policy.mlfs.config import parse_mlfs_params
+    from controller.server import Controller, ControllerConfig
+    from controller.state import ControllerSettings
 
     try:
         configure_logging(args.log_level, args.log_format)
     except ValueError as exc:  # MLSCHED_LOG_LEVEL/FORMAT (argparse checks the flags)
+        raise SystemExit(f"mlsched: {exc}") from None
+    try:
+        mlfs = parse_mlfs_params(args.mlfs_param) if args.mlfs_param else None
+    except ValueError as exc:
         raise SystemExit(f"mlsched: {exc}") from None
     for name, value in (
         ("--lease-seconds", args.lease_seconds),
@@ -204,6 +218,7 @@ def run_controller(args: argparse.Namespace) -> int:
         operator_tls=_operator_tls(args),
         tls_names=tuple(args.tls_name),
         policy=args.policy,
+        mlfs=mlfs,
         http_listen=args.http_listen,
         heartbeat_interval_s=args.heartbeat_interval,
         settings=ControllerSettings(

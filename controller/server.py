@@ -23,6 +23,7 @@ from controller.http_server import ControllerObservability
 from controller.jobs import JobOperations
 from controller.policy import Policy, make_policy
 from controller.policy.base import needs_job_truth
+from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.registry import DEFAULT_POLICY
 from controller.report_applier import ReportApplier
 from controller.rpc_loop import Bell, EventForwarder, RpcLoop
@@ -64,6 +65,7 @@ class ControllerConfig:
     state_dir: Path
     join_token: str = ""  # only a controller started --insecure takes agents by a shared token
     policy: str = DEFAULT_POLICY
+    mlfs: MlfsConfig | None = None  # MLF-H / MLF-RL / MLFS parameters; None: the paper's (§4.1)
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     heartbeat_interval_s: float = 5.0
     store_url: str = ""  # "": SQLite in state_dir; postgresql://... (controller.store)
@@ -81,7 +83,7 @@ class Controller:
     def __init__(
         self, config: ControllerConfig, clock: Clock | None = None, policy: Policy | None = None
     ) -> None:
-        policy = policy or make_policy(config.policy)
+        policy = policy or make_policy(config.policy, config.mlfs)
         if needs_job_truth(policy):
             raise ValueError(
                 f"policy {policy.name!r} needs every job's true duration and speeds, which only"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.policy import available_policies, make_policy
+from controller.policy.mlfs.config import MlfsConfig, parse_mlfs_params
 from mlsched.jsonflag import add_json_options
 from mlsched.progress import Progress
 from simulator.elastic import LOADERS, ElasticJobModel, data_folder
@@ -70,6 +71,14 @@ def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
         help="slow jobs by the CPU, memory, bandwidth and GPU load of their servers' other jobs "
         "(simulator/interference.py); PATH: curves to use instead of the fitted default. "
         "Off by default (the UniSched/Chronus comparisons assume none)",
+    )
+    p.add_argument(
+        "--mlfs-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an MLFS parameter for mlf-h, mlf-rl and mlfs instead of the paper's default "
+        "(MlfsConfig, e.g. gamma_w=0; repeatable; docs/mlfs.md)",
     )
     add_json_options(p, "the metrics")
     p.add_argument("--plot", type=Path, help="write a PNG (JCT CDF, utilisation) here")
@@ -320,6 +329,7 @@ class PreparedRun:
     model: TraceJobModel
     shape: ClusterShape
     config: SimConfig
+    mlfs: MlfsConfig | None = None  # MLF-H / MLF-RL / MLFS parameters; None: the paper's
 
 
 def prepare_run(args: argparse.Namespace) -> PreparedRun:
@@ -335,7 +345,8 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
         check_invariants=args.check_invariants,
         interference=interference_model(getattr(args, "interference", None)),
     )
-    return PreparedRun(jobs, model, shape, config)
+    params = getattr(args, "mlfs_param", None)
+    return PreparedRun(jobs, model, shape, config, parse_mlfs_params(params) if params else None)
 
 
 def interference_model(option: str | None) -> Interference | None:
@@ -351,7 +362,7 @@ def run_policy(
 ) -> SimResult:
     """Simulate ``policy`` over the prepared run."""
     return Simulation(
-        run.jobs, make_policy(policy), run.shape, run.model, run.config, progress
+        run.jobs, make_policy(policy, run.mlfs), run.shape, run.model, run.config, progress
     ).run()
 
 

@@ -1,5 +1,7 @@
 """Scheduling policies: pure functions from a cluster snapshot to a decision."""
 
+from typing import TYPE_CHECKING
+
 from controller.policy.base import (
     ClusterSnapshot,
     Decision,
@@ -14,13 +16,17 @@ from controller.policy.base import (
 )
 from controller.policy.names import available_policies
 
+if TYPE_CHECKING:
+    from controller.policy.mlfs.config import MlfsConfig
 
-def make_policy(name: str) -> Policy:
+
+def make_policy(name: str, mlfs: "MlfsConfig | None" = None) -> Policy:
     """A new policy of that name (``controller/policy/registry.py``; imported on first use, so
-    that naming policies, as ``mlsched --help`` does, imports none of them)."""
+    that naming policies, as ``mlsched --help`` does, imports none of them). ``mlfs``: MLF-H's,
+    MLF-RL's and MLFS' parameters (None: the paper's)."""
     from controller.policy.registry import make_policy as make
 
-    return make(name)
+    return make(name, mlfs)
 
 
 __all__ = [

@@ -15,6 +15,7 @@ from controller.policy.chronus import ChronusPolicy
 from controller.policy.edf import EdfPolicy
 from controller.policy.fair import FairPolicy
 from controller.policy.fifo import FifoPolicy
+from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.policy import MlfhPolicy
 from controller.policy.names import DEFAULT_POLICY, available_policies
 from controller.policy.ones import OnesPolicy
@@ -141,14 +142,25 @@ def _chic() -> Policy:
     return _Chic()
 
 
-def _mlf_rl(load_control: bool, name: str) -> Policy:
+def _mlf_rl(load_control: bool, name: str, config: MlfsConfig | None = None) -> Policy:
     from controller.policy.mlfs.rl.policy import MlfRlPolicy  # imports torch: on first use
 
-    return MlfRlPolicy(load_control=load_control, name=name)
+    return MlfRlPolicy(config=config or MlfsConfig(), load_control=load_control, name=name)
 
 
-def make_policy(name: str) -> Policy:
-    """A new policy object of that name; ValueError naming the valid ones."""
+# The MLFS family, which take an MlfsConfig (the paper's tunable parameters, §4.1)
+_MLFS_FACTORIES: dict[str, Callable[[MlfsConfig], Policy]] = {
+    "mlf-h": lambda config: MlfhPolicy(config=config),
+    "mlf-rl": lambda config: _mlf_rl(load_control=False, name="mlf-rl", config=config),
+    "mlfs": lambda config: _mlf_rl(load_control=True, name="mlfs", config=config),
+}
+
+
+def make_policy(name: str, mlfs: MlfsConfig | None = None) -> Policy:
+    """A new policy object of that name; ValueError naming the valid ones. ``mlfs``: the
+    parameters of MLF-H, MLF-RL and MLFS (others ignore it); None: the paper's defaults."""
+    if mlfs is not None and name in _MLFS_FACTORIES:
+        return _MLFS_FACTORIES[name](mlfs)
     try:
         return _FACTORIES[name]()
     except KeyError:

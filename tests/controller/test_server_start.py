@@ -116,3 +116,33 @@ def test_a_corrupt_row_is_quarantined_and_the_controller_starts_with_the_rest(tm
 
 def make_spec(name: str) -> JobSpec:
     return JobSpec(name, ("python", "train.py"), 1, IterationStop(100))
+
+
+def test_mlfs_params_reach_the_controllers_policy(tmp_path):
+    from controller.policy.mlfs.config import MlfsConfig
+
+    config = ControllerConfig(
+        listen="127.0.0.1:0",
+        state_dir=tmp_path,
+        join_token="t" * 32,
+        policy="mlf-h",
+        mlfs=MlfsConfig(gamma_w=0.0),
+    )
+    controller = Controller(config, clock=ManualClock(1_000.0))
+    controller.start()
+    try:
+        assert controller.scheduler.policy.config == MlfsConfig(gamma_w=0.0)
+    finally:
+        controller.stop()
+
+
+def test_a_bad_mlfs_param_refuses_to_start_and_touches_nothing(tmp_path, capsys):
+    state = tmp_path / "state"
+    with pytest.raises(
+        SystemExit, match=r"mlsched: MlfsConfig.gamma_w must be >= 0 \(Eq. 4\), got -1.0"
+    ):
+        main(
+            ["controller", "--listen", "127.0.0.1:0", "--state-dir", str(state),
+             "--join-token", "t" * 32, "--policy", "mlf-h", "--mlfs-param", "gamma_w=-1"]
+        )  # fmt: skip
+    assert not state.exists()

@@ -533,3 +533,24 @@ def test_a_stray_argument_elsewhere_is_still_unrecognized(tmp_path, capsys):
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments: stray" in err and "--json-out" not in err
+
+
+# --- (f) MLFS parameters (--mlfs-param, MLFS §4.1) ----------------------------------------------
+
+
+def test_mlfs_params_reach_the_run_and_bad_ones_exit_2(tmp_path, capsys):
+    from controller.policy.mlfs.config import MlfsConfig
+    from mlsched.cli import build_parser
+    from simulator.cli import prepare_run
+
+    trace = write_trace(tmp_path / "data")
+    given = ["simulate", "--trace", str(trace), "--cluster", "2x8", "--quiet"]
+    args = build_parser().parse_args(
+        [*given, "--mlfs-param", "gamma_w=0", "--mlfs-param", "h_r=0.8"]
+    )
+    assert prepare_run(args).mlfs == MlfsConfig(gamma_w=0.0, h_r=0.8)
+    assert prepare_run(build_parser().parse_args(given)).mlfs is None  # the paper's defaults
+    code, _, err = simulate(capsys, *given[1:], "--policy", "mlf-h", "--mlfs-param", "gamma_w=0")
+    assert code == 0, err
+    code, _, err = simulate(capsys, *given[1:], "--policy", "mlf-h", "--mlfs-param", "gamma_w=lots")
+    assert code == 2 and "'lots' is not a number" in err

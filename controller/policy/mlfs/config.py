@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 
@@ -42,6 +43,27 @@ class MlfsConfig:
         _check(0.0 < self.p_s <= 1.0, "p_s", self.p_s, "in (0, 1] (a share of tasks)")
         _check(self.time_unit_s > 0.0, "time_unit_s", self.time_unit_s, "> 0")
         _check(self.min_horizon_s > 0.0, "min_horizon_s", self.min_horizon_s, "> 0")
+
+
+def parse_mlfs_params(pairs: Iterable[str]) -> MlfsConfig:
+    """An :class:`MlfsConfig` from ``NAME=VALUE`` pairs over the paper's defaults. §4.1: the
+    parameters are "determined by the administrator of the cluster according to the goals they
+    concern and the particular cluster environment"; ValueError on an unknown name, a value
+    that is not a number or one out of range."""
+    names = [f.name for f in fields(MlfsConfig)]
+    values: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in names:
+            raise ValueError(
+                f"MLFS parameter {pair!r}: expected NAME=VALUE, NAME one of {', '.join(names)}"
+            )
+        try:
+            values[name] = float(text)
+        except ValueError:
+            raise ValueError(f"MLFS parameter {pair!r}: {text!r} is not a number") from None
+    return MlfsConfig(**values)
 
 
 def _check(ok: bool, name: str, value: float, expected: str) -> None:
