@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from controller.policy.base import ClusterSnapshot, Decision, JobView
+from controller.policy.base import ClusterSnapshot, Decision, JobView, NodeView
 from controller.policy.mlfs.book import PriorityBook
 from controller.policy.mlfs.config import MlfsConfig
 
@@ -69,16 +69,47 @@ def involved(snapshot: ClusterSnapshot, decision: Decision, h_r: float) -> list[
     """The jobs whose Eq. 6 priority the agents are told this cycle: those launched or
     migrated, and active ones kept that an agent asked to move or that run on a server
     measured above ``h_r``."""
-    hot = {n.id for n in snapshot.nodes if any(u > h_r for u in n.utilization.values())}
+    active, queued = _involved(snapshot, decision, h_r)
+    return active + queued
+
+
+def _hot(node: NodeView, h_r: float) -> bool:
+    """Whether the node is measured above ``h_r`` on some resource type."""
+    return any(u > h_r for u in node.utilization.values())
+
+
+def _involved(
+    snapshot: ClusterSnapshot, decision: Decision, h_r: float, hot: set[str] | None = None
+) -> tuple[list[JobView], list[JobView]]:
+    """:func:`involved`'s active jobs (in the snapshot's order) and queued ones (in queue
+    order; the scan of the queue stops once every named job is found). ``hot``: the nodes
+    above ``h_r``, if known."""
+    if hot is None:
+        hot = {n.id for n in snapshot.nodes if _hot(n, h_r)}
     named = {item.job_id for item in (*decision.launch, *decision.migrate)}
     gone = leaving(snapshot, decision)
-    out = [
+    active = [
         v
         for v in snapshot.active
         if v.id not in gone
-        and (v.id in named or v.migration_requested or any(p.node_id in hot for p in v.placement))
+        and (
+            v.id in named
+            or v.migration_requested
+            or (hot and any(p.node_id in hot for p in v.placement))
+        )
     ]
-    return out + [v for v in snapshot.queued if v.id in named]
+    queued: list[JobView] = []
+    wanted = set(named)
+    if decision.migrate:  # migrated jobs are active; a job is active or queued, not both
+        wanted -= {v.id for v in snapshot.active}
+    if wanted:
+        for v in snapshot.queued:
+            if v.id in wanted:
+                queued.append(v)
+                wanted.discard(v.id)
+                if not wanted:
+                    break
+    return active, queued
 
 
 class Eq6Priorities:
@@ -88,18 +119,27 @@ class Eq6Priorities:
     def __init__(self, config: MlfsConfig) -> None:
         self.config = config
         self._book = PriorityBook(config)
+        # per node id: the latest node view and whether it is above h_r (views are immutable)
+        self._nodes: dict[str, tuple[NodeView, bool]] = {}
+
+    def _hot_nodes(self, nodes: Iterable[NodeView]) -> set[str]:
+        """The nodes above ``h_r`` (:func:`_hot`), kept per node view between cycles."""
+        h_r, kept, now = self.config.h_r, self._nodes, {}
+        for n in nodes:
+            held = kept.get(n.id)
+            if held is None or held[0] is not n:
+                held = (n, _hot(n, h_r))
+            now[n.id] = held
+        self._nodes = now
+        return {i for i, (_, hot) in now.items() if hot}
 
     def of(self, snapshot: ClusterSnapshot, decision: Decision) -> dict[str, float]:
         """Each :func:`involved` job's priority: the largest of its tasks' (as MLF-H's queue)."""
-        jobs = involved(snapshot, decision, self.config.h_r)
-        if not jobs:
+        hot = self._hot_nodes(snapshot.nodes)
+        active, queued = _involved(snapshot, decision, self.config.h_r, hot)
+        if not active and not queued:
             return {}
-        queued = {v.id for v in snapshot.queued}
-        result = self._book.priorities(
-            [v for v in jobs if v.id in queued],
-            [v for v in jobs if v.id not in queued],
-            snapshot.now,
-        )
+        result = self._book.priorities(queued, active, snapshot.now)
         return dict(result.job)
 
     def add_to(self, snapshot: ClusterSnapshot, decision: Decision) -> Decision:

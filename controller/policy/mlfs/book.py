@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, repeat
+from operator import attrgetter
 
 import numpy as np
 
@@ -34,6 +36,8 @@ from controller.policy.mlfs.priority import (
 )
 
 Inputs = tuple[object, ...]
+_ID = attrgetter("id")
+_ORDER = attrgetter("order")
 
 
 def inputs(view: JobView, queued: bool) -> Inputs:
@@ -183,12 +187,48 @@ class Priorities:
         return g
 
 
+class SameViews:
+    """Where each view of a list stood in the list given the call before, matched by object
+    identity (views are immutable: the same object has the same inputs), with NumPy rather
+    than a look-up per view. The last list is held, so no other object can take one of its
+    views' addresses (``id``) while they are compared."""
+
+    def __init__(self) -> None:
+        self._views: list[object] = []
+        self._sorted = np.empty(0, dtype=np.int64)  # their id()s, sorted
+        self._order = np.empty(0, dtype=np.intp)  # their positions, in that order
+
+    def match(self, views: Sequence[object]) -> np.ndarray:
+        """Per view, its position in the previous call's list (the first, if it was there
+        twice), -1 if it was not there; ``views`` is remembered for the next call."""
+        n = len(views)
+        ids = np.fromiter(map(id, views), dtype=np.int64, count=n)
+        if self._sorted.size and n:
+            at = np.minimum(np.searchsorted(self._sorted, ids), self._sorted.size - 1)
+            out = np.where(self._sorted[at] == ids, self._order[at], -1)
+        else:
+            out = np.full(n, -1, dtype=np.intp)
+        self._views = list(views)
+        self._order = np.argsort(ids, kind="stable")
+        self._sorted = ids[self._order]
+        return out
+
+    def forget(self) -> None:
+        """Match nothing next time."""
+        self.__init__()  # type: ignore[misc]
+
+
 class PriorityBook:
     """Per-job memory of the now-independent parts of Eq. 6 (module docstring)."""
 
     def __init__(self, config: MlfsConfig) -> None:
         self.config = config
         self._entries: dict[str, _Entry] = {}
+        # the last call's queued views (SameViews), their entries and Eq. 6 rows (_Entry.row),
+        # kept only when that call had no job id twice
+        self._same = SameViews()
+        self._queued: list[_Entry] = []
+        self._table = np.empty((0, 6), dtype=np.float64)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -198,26 +238,72 @@ class PriorityBook:
     ) -> Priorities:
         """Eq. 6 for the tasks of ``queued`` (waiting time counted) and ``active`` jobs at
         ``now``; a job id given twice counts as the last one given."""
-        entries: dict[str, _Entry] = {}
         old = self._entries
-        for views, queued_ in ((queued, True), (active, False)):
-            for view in views:
-                entry = old.get(view.id)
-                if entry is None or entry.view is not view or entry.queued != queued_:
-                    key = inputs(view, queued_)
-                    if entry is None or entry.queued != queued_ or entry.inputs != key:
-                        entry = _entry(view, queued_, key, self.config)
-                    entry.view = view
-                entries[view.id] = entry
+        # A queued view that was queued last call, the same object, has the same entry (the
+        # loop below would find it by id and identity); the others go through that loop.
+        at = self._same.match(queued)
+        kept = self._queued
+        listed: list[_Entry | None] = [kept[j] if j >= 0 else None for j in at.tolist()]
+        missing = np.flatnonzero(at < 0).tolist()
+        for i in missing:
+            listed[i] = self._entry_for(old, queued[i], True)
+        entries: dict[str, _Entry] = dict(zip(map(_ID, queued), listed, strict=True))  # type: ignore[arg-type]
+        unique = len(entries) == len(queued)
+        if not unique:  # a job id twice: one by one, as the loop below does
+            entries = {}
+            for view in queued:
+                entries[view.id] = self._entry_for(old, view, True)
+        for view in active:
+            entries[view.id] = self._entry_for(old, view, False)
         self._entries = entries
-        return self._evaluate(entries, now)
+        table = None
+        if unique and len(entries) == len(queued) + len(active):
+            # the queued jobs' Eq. 6 rows: last call's where kept, the others' own
+            table = np.empty((len(entries), 6), dtype=np.float64)
+            hit = at >= 0
+            table[: len(queued)][hit] = self._table[at[hit]]
+            for i in missing:
+                table[i] = listed[i].row  # type: ignore[union-attr]
+            self._queued = listed  # type: ignore[assignment]
+        else:
+            self._same.forget()
+            self._queued = []
+        out = self._evaluate(entries, now, table, len(queued) if table is not None else 0)
+        if table is not None:
+            self._table = table[: len(queued)].copy()
+        return out
 
-    def _evaluate(self, entries: Mapping[str, _Entry], now: float) -> Priorities:
+    def _entry_for(self, old: Mapping[str, _Entry], view: JobView, queued: bool) -> _Entry:
+        """The view's entry: ``old``'s if its inputs are unchanged, else a new one."""
+        entry = old.get(view.id)
+        if entry is None or entry.view is not view or entry.queued != queued:
+            key = inputs(view, queued)
+            if entry is None or entry.queued != queued or entry.inputs != key:
+                entry = _entry(view, queued, key, self.config)
+            entry.view = view
+        return entry
+
+    def _evaluate(
+        self,
+        entries: Mapping[str, _Entry],
+        now: float,
+        table: np.ndarray | None = None,
+        filled: int = 0,
+    ) -> Priorities:
+        """Eq. 6 of ``entries``; ``table``: their rows (``_Entry.row``), the first ``filled``
+        of them already in place (the others are filled here)."""
         config = self.config
         unit, floor, a = config.time_unit_s, config.min_horizon_s, config.alpha
         values = list(entries.values())
         ids = list(entries)
-        table = np.array([e.row for e in values], dtype=np.float64).reshape(len(values), 6)
+        n = len(values)
+        if table is None:
+            table, filled = np.empty((n, 6), dtype=np.float64), 0
+        if filled < n:
+            rest = chain.from_iterable([e.row for e in values[filled:]])
+            table[filled:] = np.fromiter(rest, dtype=np.float64, count=6 * (n - filled)).reshape(
+                n - filled, 6
+            )
         since = np.where(table[:, 1] == 1.0, now, table[:, 0])
         deadline, remaining, ml = table[:, 2], table[:, 3], table[:, 4]
         # MLFS Eq. 4, as priority.own_computation_priority: max(x, y) keeps x unless y > x
@@ -234,9 +320,9 @@ class PriorityBook:
         ).reshape(len(values), 6)
         out = Priorities(values, ids, clock)
         totals = total.tolist()
-        graphs = [i for i, e in enumerate(values) if e.order is not None]
-        if not graphs:
-            out.tasks = dict(zip([e.keys[0] for e in values], totals, strict=True))
+        orders = list(map(_ORDER, values))
+        if orders.count(None) == n:  # no task graph: each job's task 0 is (its id, 0)
+            out.tasks = dict(zip(zip(ids, repeat(0)), totals, strict=True))
             out.job = dict(zip(ids, totals, strict=True))
             return out
         own_c = c.tolist()

@@ -24,7 +24,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from operator import attrgetter, is_
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +46,7 @@ Placed = tuple[TaskKey, str, tuple[int, ...]]  # task, server, GPU indices
 _EPS = 1e-9  # the rounding allowance of euclid's threshold tests
 _SLACK = 1e-6  # capacity() rounds up rather than down
 _NEAR = 1e-9  # relative: NumPy's and math.dist's distances differ by far less
+_NODE_ID = attrgetter("id")
 # q's model of t_sr before a job has a measured one (simulator/jobmodel.py's, UniSched Fig. 3)
 MODEL_SUSPEND_S = 4.0
 MODEL_RESUME_S = 20.0
@@ -65,9 +68,14 @@ class HostPool:
         self.servers: dict[str, Server] = {}
         self.measured: set[str] = set()  # servers whose utilisation was measured
         self.sizes: dict[str, int] = {}  # GPUs per server
-        rows: list[tuple[int, int, float, bool]] = []
         memo = memo.start(self.resources, config.h_r) if memo is not None else None
-        for node in sorted(nodes, key=lambda n: n.id):
+        ordered = sorted(nodes, key=_NODE_ID)
+        kept = memo.pool(ordered) if memo is not None else None
+        if kept is not None:  # every node the same view as in the last pool: its start
+            self._start(*kept)
+            return
+        rows: list[tuple[int, int, float, bool]] = []
+        for node in ordered:
             held = memo.get(node) if memo is not None else None
             if held is None:
                 size = len(node.gpu_indices)
@@ -84,6 +92,32 @@ class HostPool:
             rows.append(row)
             if node.utilization:
                 self.measured.add(node.id)
+        servers = list(self.servers.values())
+        point = np.array([s.utilisation for s in servers], dtype=np.float64).reshape(
+            len(servers), len(self.resources)
+        )
+        free = np.array([r[0] for r in rows], dtype=np.int64)
+        usable = np.array([r[1] for r in rows], dtype=np.int64)
+        least = np.array([r[2] for r in rows], dtype=np.float64)
+        hot = np.array([r[3] for r in rows], dtype=bool)
+        state = (dict(self.servers), dict(self.sizes), set(self.measured))
+        self._start(*state, point, free, usable, least, hot)
+        if memo is not None:
+            memo.keep_pool(ordered, (*state, point, free, usable, least, hot))
+
+    def _start(
+        self,
+        servers: dict[str, Server],
+        sizes: dict[str, int],
+        measured: set[str],
+        point: np.ndarray,
+        free: np.ndarray,
+        usable: np.ndarray,
+        least: np.ndarray,
+        hot: np.ndarray,
+    ) -> None:
+        """The pool as built from its nodes (copies: the pool changes its own)."""
+        self.servers, self.sizes, self.measured = dict(servers), dict(sizes), set(measured)
         self._journal: list[Server] = []  # servers as they were before each change
         self._room: dict[int, int] = {}  # room(per_task) with nothing excluded, until a change
         self._capacity: dict[tuple[tuple[float, ...], int], int] = {}  # likewise capacity()
@@ -92,14 +126,11 @@ class HostPool:
         # above h_r, least free-GPU load (inf: none) and whether it is overloaded.
         self._ids = list(self.servers)
         self._row = {sid: i for i, sid in enumerate(self._ids)}
-        servers = list(self.servers.values())
-        self._point = np.array([s.utilisation for s in servers], dtype=np.float64).reshape(
-            len(servers), len(self.resources)
-        )
-        self._free = np.array([r[0] for r in rows], dtype=np.int64)
-        self._usable = np.array([r[1] for r in rows], dtype=np.int64)
-        self._least = np.array([r[2] for r in rows], dtype=np.float64)
-        self._hot = np.array([r[3] for r in rows], dtype=bool)
+        self._point = point.copy()
+        self._free = free.copy()
+        self._usable = usable.copy()
+        self._least = least.copy()
+        self._hot = hot.copy()
 
     def _index(self, s: Server) -> None:
         """Bring the arrays up to date with ``s`` (now ``servers[s.id]``)."""
@@ -357,11 +388,13 @@ class NodeMemo:
         self._key: tuple[tuple[str, ...], float] | None = None
         self._held: dict[str, tuple[NodeView, Server, int, tuple[int, int, float, bool]]] = {}
         self._next: dict[str, tuple[NodeView, Server, int, tuple[int, int, float, bool]]] = {}
+        # the latest pool's nodes (sorted by id) and its start (HostPool._start's arguments)
+        self._pool: tuple[list[NodeView], tuple[Any, ...]] | None = None
 
     def start(self, resources: tuple[str, ...], h_r: float) -> NodeMemo:
         """A new pool: keep last pool's nodes (all of them forgotten if the key changed)."""
         if self._key != (resources, h_r):
-            self._key, self._next = (resources, h_r), {}
+            self._key, self._next, self._pool = (resources, h_r), {}, None
         self._held, self._next = self._next, {}
         return self
 
@@ -378,6 +411,19 @@ class NodeMemo:
     def put(self, held: tuple[NodeView, Server, int, tuple[int, int, float, bool]]) -> None:
         """Keep a node's new entry (node view, server, GPUs, summary row)."""
         self._next[held[0].id] = held
+
+    def pool(self, nodes: Sequence[NodeView]) -> tuple[Any, ...] | None:
+        """The last pool's start (``keep_pool``) if ``nodes`` are its nodes, the same view
+        objects in the same order; every node is then kept for the next pool."""
+        last = self._pool
+        if last is None or len(last[0]) != len(nodes) or not all(map(is_, last[0], nodes)):
+            return None
+        self._next = self._held
+        return last[1]
+
+    def keep_pool(self, nodes: Sequence[NodeView], start: tuple[Any, ...]) -> None:
+        """Remember a new pool's nodes and its start (never changed afterwards)."""
+        self._pool = (list(nodes), start)
 
 
 def move_cost_s(view: JobView) -> float:

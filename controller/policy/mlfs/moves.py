@@ -58,6 +58,8 @@ def unload_movers(pool: HostPool, movers: Iterable[Mover], resources: tuple[str,
 def hot_servers(pool: HostPool, active: Iterable[JobView], h_r: float) -> set[str]:
     """The overloaded servers (measured utilisation above ``h_r``) running active jobs."""
     hot = {sid for sid in pool.measured if is_overloaded(pool.servers[sid], h_r)}
+    if not hot:  # nothing overloaded: no need to look at the jobs
+        return hot
     return {p.node_id for v in active for p in v.placement if p.node_id in hot}
 
 
@@ -143,7 +145,7 @@ def find_movers(
     look fine here moves all its tasks. Oversized jobs never move.
     """
     on_node: dict[str, list[tuple[JobView, TaskPlacement]]] = {}
-    for view in active:
+    for view in active if hot else ():  # no server overloaded: no job runs on one
         for p in view.placement:
             if p.node_id in hot:
                 on_node.setdefault(p.node_id, []).append((view, p))

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter, is_
 from typing import Protocol
 
 import numpy as np
@@ -140,7 +141,7 @@ def plan(
         for v in active
         if (preempting and v.lease_expires_at is not None and v.lease_expires_at <= now)
         or v.migration_requested
-        or any(p.node_id in hot for p in v.placement)
+        or (hot and any(p.node_id in hot for p in v.placement))
     ]
     priorities = memory.book.priorities(snapshot.queued, involved, now)
     totals = priorities.tasks
@@ -148,24 +149,25 @@ def plan(
     unload_movers(pool, movers.values(), resources)
 
     records = memory.queue.records(snapshot.queued, pool, resources)
+    queued_count = len(records)
     records += [
         memory.queue.record(
             Candidate(m.view, True, m.sources, m.ranks), task_demand(m.view, resources)
         )
         for m in movers.values()
     ]
-    p_all = _job_priorities(records, priorities)
-    ranked = order(p_all, [r.view.id for r in records])
-    records = [records[i] for i in ranked.tolist()]
-    candidates = [r.candidate for r in records]
-    demands = [r.demand for r in records]
+    p_all, book_rows = _job_priorities(records, queued_count, priorities)
+    ranked = order(p_all, _Ids(records))
+    records = list(map(records.__getitem__, ranked.tolist()))
+    candidates = list(map(attrgetter("candidate"), records))
+    demands = list(map(attrgetter("demand"), records))
     total_gpus = sum(len(n.gpu_indices) for n in snapshot.nodes)
     p_job = p_all[ranked]
     fits = _FitTest(records, memory.queue.fit_kinds.keys)
     memory.rows.start()
-    rows = _JobRows(records, memory.rows, priorities, now, total_gpus, config)
+    rows = _JobRows(records, book_rows[ranked], memory.rows, priorities, now, total_gpus, config)
     kinds = StepKinds.numbered(
-        np.array([r.step for r in records], dtype=np.intp),
+        np.fromiter(map(attrgetter("step"), records), dtype=np.intp, count=len(records)),
         memory.queue.step_kinds.keys,
         np.maximum(1, fits.tasks),
     )
@@ -255,32 +257,54 @@ class Memory:
         self.nodes = NodeMemo()
 
 
-def _job_priorities(records: Sequence[Queued], priorities: Priorities) -> np.ndarray:
-    """Each record's job ``P`` (``Priorities.job``), from the book's array where the rows are
-    the queued jobs in order (no job id twice), else by look-up."""
-    clock = priorities.clock
-    n = len(records)
-    queued = 0
-    while queued < n and not records[queued].candidate.moving:
-        queued += 1
+def _job_priorities(
+    records: Sequence[Queued], queued: int, priorities: Priorities
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each record's job ``P`` (``Priorities.job``) and its row in the book's arrays
+    (``Priorities.index``), from the book's array where the rows are the queued jobs in order
+    (no job id twice), else by look-up. The first ``queued`` records are the queued jobs',
+    the others the movers'."""
+    clock, index = priorities.clock, priorities.index
     entries = priorities.entries
+    view = attrgetter("view")
     if len(entries) >= queued and all(
-        e.view is r.view for e, r in zip(entries[:queued], records[:queued], strict=True)
+        map(is_, map(view, entries[:queued]), map(view, records[:queued]))
     ):
         head = clock[:queued, 3]
+        head_rows = np.arange(queued, dtype=np.intp)
     else:
         head = np.array([priorities.job[r.view.id] for r in records[:queued]], dtype=np.float64)
+        head_rows = np.array([index[r.view.id] for r in records[:queued]], dtype=np.intp)
     tail = [priorities.job[r.view.id] for r in records[queued:]]
-    return np.concatenate([head, np.array(tail, dtype=np.float64)])
+    tail_rows = np.array([index[r.view.id] for r in records[queued:]], dtype=np.intp)
+    return (
+        np.concatenate([head, np.array(tail, dtype=np.float64)]),
+        np.concatenate([head_rows, tail_rows]),
+    )
+
+
+class _Ids(Sequence[str]):
+    """The records' job ids, read when asked (``order`` reads only those of equal ``P``)."""
+
+    def __init__(self, records: Sequence[Queued]) -> None:
+        self._records = records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return self._records[i].view.id
 
 
 class _JobRows:
     """The cycle's job rows (float32), each made when a step first offers its candidate
-    (:func:`~controller.policy.mlfs.rl.queue.job_rows`)."""
+    (:func:`~controller.policy.mlfs.rl.queue.job_rows`); ``book_rows``: each record's row in
+    the priorities' arrays."""
 
     def __init__(
         self,
         records: Sequence[Queued],
+        book_rows: np.ndarray,
         book: RowBook,
         priorities: Priorities,
         now: float,
@@ -288,7 +312,10 @@ class _JobRows:
         config: MlfsConfig,
     ) -> None:
         self._records = records
-        self._make = lambda chosen: job_rows(chosen, book, priorities, now, total_gpus, config)
+        self._book_rows = book_rows
+        self._make = lambda chosen, at: job_rows(
+            chosen, book, priorities, now, total_gpus, config, at
+        )
         self._matrix = np.zeros((len(records), len(JOB_FEATURES)), dtype=np.float32)
         self._made = np.zeros(len(records), dtype=bool)
 
@@ -297,7 +324,10 @@ class _JobRows:
         index = np.asarray(indices, dtype=np.intp)
         new = index[~self._made[index]]
         if new.size:
-            self._matrix[new] = self._make([self._records[i] for i in new.tolist()])
+            chosen = new.tolist()
+            self._matrix[new] = self._make(
+                list(map(self._records.__getitem__, chosen)), self._book_rows[new]
+            )
             self._made[new] = True
         return self._matrix[index]
 

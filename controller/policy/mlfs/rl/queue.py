@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 import numpy as np
 
 from controller.policy.base import JobView
-from controller.policy.mlfs.book import Priorities
+from controller.policy.mlfs.book import Priorities, SameViews
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.hosts import HostPool
 from controller.policy.mlfs.moves import queued_demand
@@ -97,7 +97,9 @@ class QueueBook:
     def __init__(self) -> None:
         self.fit_kinds: Kinds[FitKey] = Kinds()
         self.step_kinds: Kinds[StepKey] = Kinds()
-        self._held: dict[str, Queued] = {}
+        # the last cycle's queued views (matched by identity) and their records, aligned
+        self._same = SameViews()
+        self._held: list[Queued] = []
         self._pool_key: object = None
 
     def records(
@@ -106,20 +108,20 @@ class QueueBook:
         """A record per queued view, the last cycle's where the view is the same object."""
         key = (tuple(pool.sizes.items()), pool.config.h_r, resources)
         if key != self._pool_key:
-            self._pool_key, self._held = key, {}
+            self._pool_key, self._held = key, []
+            self._same.forget()
         if len(self.fit_kinds) + len(self.step_kinds) > 4 * len(views) + 1024:
-            self._held = {}  # number the kinds afresh: only those in use
+            self._held = []  # number the kinds afresh: only those in use
+            self._same.forget()
             self.fit_kinds.compact()
             self.step_kinds.compact()
-        old, new = self._held, {}
-        out = []
-        for v in views:
-            r = old.get(v.id)
-            if r is None or r.view is not v:
-                r = self.record(Candidate(v), queued_demand(v, pool, resources))
-            new[v.id] = r
-            out.append(r)
-        self._held = new
+        at = self._same.match(views)
+        held = self._held
+        out: list[Queued] = [held[j] if j >= 0 else None for j in at.tolist()]  # type: ignore[misc]
+        for i in np.flatnonzero(at < 0).tolist():
+            v = views[i]
+            out[i] = self.record(Candidate(v), queued_demand(v, pool, resources))
+        self._held = out
         return out
 
     def record(self, candidate: Candidate, demand: tuple[float, ...]) -> Queued:
@@ -155,22 +157,30 @@ def job_rows(
     now: float,
     total_gpus: int,
     config: MlfsConfig,
+    at: np.ndarray | None = None,
 ) -> np.ndarray:
     """``RowBook.rows`` of the records' candidates (float32, one row each), the clock-free
     columns kept on each record while its view (the record's own), its book entry and the
-    cluster's GPUs and config are the same objects / values; else from ``book``."""
-    index, entries = priorities.index, priorities.entries
+    cluster's GPUs and config are the same objects / values; else from ``book``. ``at``: each
+    record's row in ``priorities`` (``Priorities.index``) where known."""
+    entries = priorities.entries
+    if at is None:
+        index = priorities.index
+        at = np.array([index[r.view.id] for r in records], dtype=np.intp)
+    rows = at.tolist()
     static: list[np.ndarray] = []
-    rows: list[int] = []
-    for r in records:
-        i = index[r.view.id]
+    for r, i in zip(records, rows, strict=True):
         source = entries[i]
         made = r.made_for
-        if made is None or made[0] is not source or made[1] != total_gpus or made[2] != config:
+        if (
+            made is None
+            or made[0] is not source
+            or made[1] != total_gpus
+            or (made[2] is not config and made[2] != config)
+        ):
             columns = book.columns(r.candidate, source.first, total_gpus, config)
             r.static, r.made_for = np.array(columns, dtype=np.float64), (source, total_gpus, config)
         static.append(r.static)  # type: ignore[arg-type]
-        rows.append(i)
     out = np.array(static, dtype=np.float64).reshape(len(static), len(JOB_FEATURES))
-    out[:, DYNAMIC] = dynamic_columns(priorities.clock[rows], now, config)
+    out[:, DYNAMIC] = dynamic_columns(priorities.clock[at], now, config)
     return out.astype(np.float32)

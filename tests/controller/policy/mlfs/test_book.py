@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from controller.policy.base import JobView
-from controller.policy.mlfs.book import PriorityBook
+from controller.policy.mlfs.book import PriorityBook, SameViews
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.jobs import job_features
 from controller.policy.mlfs.priority import task_priorities
@@ -137,3 +137,47 @@ def test_equals_task_priorities_to_the_bit(seed: int) -> None:
             )  # the first of equals, as max keeps it
             assert got.best(v.id) == best
             assert got.first(v.id) == job_features(v, now, queued=v in queued)[0]
+
+
+def test_same_views_match_by_identity_by_hand() -> None:
+    a, b, c, x = view("a"), view("b"), view("c"), view("x")
+    same = SameViews()
+    assert same.match([a, b, c]).tolist() == [-1, -1, -1]  # nothing before
+    # c was at 2, a at 0; x is new; an equal copy of b is not b
+    assert same.match([c, x, a, replace(b)]).tolist() == [2, -1, 0, -1]
+    assert same.match([a, a, x]).tolist() == [2, 2, 1]
+    assert same.match([x, a]).tolist() == [2, 0]  # a twice before: its first place
+    same.forget()
+    assert same.match([x, a]).tolist() == [-1, -1]
+    assert same.match([]).tolist() == []
+    assert same.match([a]).tolist() == [-1]  # the empty list before
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kept_queue_equals_a_fresh_book_to_the_bit(seed: int) -> None:
+    """A queue kept between cycles as the simulator keeps it (the same view objects, some
+    launched from the middle, some changed, new ones at the end, now and then a job id twice
+    or a queued job also active): the same priorities as a new book's, to the bit."""
+    rng = random.Random(seed)
+    book = PriorityBook(CONFIG)
+    queue = [_random_view(rng, f"q{i}") for i in range(40)]
+    active = [_random_view(rng, f"a{i}") for i in range(5)]
+    for cycle in range(12):
+        now = 5 * HOUR + cycle * 600.0
+        for _ in range(rng.randint(0, 4)):
+            queue.pop(rng.randrange(len(queue)))
+        for i in rng.sample(range(len(queue)), 3):
+            queue[i] = replace(queue[i], queued_since=queue[i].queued_since + 1.0)
+        queue += [_random_view(rng, f"n{cycle}-{k}") for k in range(rng.randint(0, 3))]
+        queued, running = list(queue), list(active)
+        if cycle % 5 == 3:
+            queued.append(replace(queued[0], iteration=queued[0].iteration + 2))  # twice
+        if cycle % 5 == 4:
+            running.append(queued[1])  # queued and active: the active one counts
+        got = book.priorities(queued, running, now)
+        want = PriorityBook(CONFIG).priorities(queued, running, now)
+        assert got.tasks == want.tasks
+        assert got.job == want.job
+        assert got.index == want.index
+        assert got.clock.tobytes() == want.clock.tobytes()
+        assert [e.row for e in got.entries] == [e.row for e in want.entries]

@@ -11,7 +11,7 @@ import pytest
 from controller.policy.base import NodeView
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import TaskLoad, choose_host
-from controller.policy.mlfs.hosts import HostPool
+from controller.policy.mlfs.hosts import HostPool, NodeMemo
 
 TYPES = ("gpu", "cpu", "memory", "bandwidth")
 CONFIG = MlfsConfig()
@@ -92,3 +92,34 @@ def test_capacities_are_capacity_per_kind(seed: int) -> None:
     per_task = np.array([p for _, p in kinds], dtype=np.int64)
     got = pool.capacities(demands, per_task).tolist()
     assert got == [pool.capacity(d, p) for d, p in kinds]
+
+
+def _state(pool: HostPool) -> tuple[object, ...]:
+    arrays = (pool._point, pool._free, pool._usable, pool._least, pool._hot)
+    return (
+        pool.servers,
+        list(pool.servers),
+        pool.sizes,
+        pool.measured,
+        [a.tobytes() for a in arrays],
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_node_memo_pool_is_a_fresh_pool(seed: int) -> None:
+    """A pool built again from the same node views (in any order) starts as a pool built
+    without the memo, whatever the last pool changed; a new view of one node is read."""
+    rng = random.Random(seed)
+    nodes = _nodes(rng, 12)
+    memo = NodeMemo()
+    for cycle in range(6):
+        if cycle == 3:
+            i = rng.randrange(len(nodes))
+            n = nodes[i]
+            nodes[i] = NodeView(n.id, n.gpu_indices, n.gpu_indices[:1], {"cpu": 0.95}, {})
+        shuffled = rng.sample(nodes, len(nodes))
+        pool = HostPool(shuffled, TYPES, CONFIG, memo)
+        assert _state(pool) == _state(HostPool(nodes, TYPES, CONFIG))
+        for sid in list(pool.servers)[:4]:  # the decision changes its pool
+            pool.unload(sid, (0.05,) * len(TYPES))
+        pool.place([TaskLoad("j", 0, (0.01,) * len(TYPES), 0.0)], 1, {})
