@@ -12,8 +12,15 @@ filled without a new MILP: first with the jobs the last solution chose that coul
 yet (their GPUs were still being released), then in the MILP's order of term-0 value
 (:meth:`UniSchedPolicy._fill_order`), each on its most consolidated allocation that fits.
 
+Best-effort execution (docs/unisched.md, *Big best-effort jobs run where they were profiled*):
+a job larger than its profiling run profiles inside its consolidated cells, the rest of them
+held for it, and grows there when profiling ends; running best-effort jobs earn
+``keep_reward`` per GPU when renewed; jobs the MILP chose whose cells are scattered get a whole
+cell by moving renewed best-effort jobs (:func:`_pack`).
+
 State kept between cycles, by design and bounded by the live jobs: the previous solution (the
-paper's cache, reused when the solver returns nothing within its time limit) and the last
+paper's cache, reused when the solver returns nothing within its time limit), the full-size
+placement held for each profiling run in place, and the last
 learning-curve prediction per performance-based job (refitted when its history has grown by a
 quarter); and memos of pure per-job results, each stored with what it was computed from and
 recomputed when that differs: the Eq. 2 fit per set of speed samples, a running job's kept
