@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from controller.auth.tls_setup import OperatorTls
+from controller.policy.mlfs.config import add_mlfs_param_option
 from controller.policy.names import DEFAULT_POLICY, available_policies
 from mlsched.httplisten import split_listen
 from mlsched.logsetup import add_log_arguments
@@ -74,14 +75,7 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         help=f"scheduling policy (or env MLSCHED_POLICY): {', '.join(available_policies())} "
         f"[default {DEFAULT_POLICY}; docs/policies.md]",
     )
-    p.add_argument(
-        "--mlfs-param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="an MLFS parameter for mlf-h, mlf-rl and mlfs instead of the paper's default "
-        "(e.g. gamma_w=0; repeatable; docs/mlfs.md)",
-    )
+    add_mlfs_param_option(p)
     p.add_argument(
         "--lease-seconds",
         type=float,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.policy import available_policies, make_policy
-from controller.policy.mlfs.config import MlfsConfig, parse_mlfs_params
+from controller.policy.mlfs.config import MlfsConfig, add_mlfs_param_option, parse_mlfs_params
 from mlsched.jsonflag import add_json_options
 from mlsched.progress import Progress
 from simulator.elastic import LOADERS, ElasticJobModel, data_folder
@@ -72,14 +72,7 @@ def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
         "(simulator/interference.py); PATH: curves to use instead of the fitted default. "
         "Off by default (the UniSched/Chronus comparisons assume none)",
     )
-    p.add_argument(
-        "--mlfs-param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="an MLFS parameter for mlf-h, mlf-rl and mlfs instead of the paper's default "
-        "(MlfsConfig, e.g. gamma_w=0; repeatable; docs/mlfs.md)",
-    )
+    add_mlfs_param_option(p)
     add_json_options(p, "the metrics")
     p.add_argument("--plot", type=Path, help="write a PNG (JCT CDF, utilisation) here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
@@ -43,6 +44,19 @@ class MlfsConfig:
         _check(0.0 < self.p_s <= 1.0, "p_s", self.p_s, "in (0, 1] (a share of tasks)")
         _check(self.time_unit_s > 0.0, "time_unit_s", self.time_unit_s, "> 0")
         _check(self.min_horizon_s > 0.0, "min_horizon_s", self.min_horizon_s, "> 0")
+
+
+def add_mlfs_param_option(parser: argparse.ArgumentParser) -> None:
+    """``--mlfs-param NAME=VALUE`` (repeatable; :func:`parse_mlfs_params` reads the list), as
+    ``mlsched controller`` and ``mlsched simulate`` take it."""
+    parser.add_argument(
+        "--mlfs-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an MLFS parameter for mlf-h, mlf-rl and mlfs instead of the paper's default "
+        "(MlfsConfig, e.g. gamma_w=0; repeatable; docs/mlfs.md)",
+    )
 
 
 def parse_mlfs_params(pairs: Iterable[str]) -> MlfsConfig:
