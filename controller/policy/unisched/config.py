@@ -55,9 +55,10 @@ class UniSchedConfig:
     its consolidated allocation, whose other GPUs are held for it, and at the end of profiling
     grows to its full size there (a move, not a suspension into the queue). "first": that
     allocation is its first profiling option and a bare 2-GPU run the fallback; "only": it is
-    profiled only where it can grow; "best-effort": "only" for best-effort jobs and "first"
-    for SLO jobs (whose deadlines do not wait for a whole cell); "off": a bare 2-GPU run (the
-    code before 2026-11-25).
+    profiled only where it can grow; "best-effort": "only" for best-effort jobs and a bare run
+    for SLO jobs (whose deadlines do not wait for a whole cell, and whose held cells kept
+    other SLO jobs out: the UniSched demo's 2+1 allocations never ran); "off": a bare 2-GPU
+    run (the code before 2026-11-25).
     ``objective="feasible"``: the solver stops at its first feasible solution
     instead of maximising Eq. 4 (Fig. 10b). ``static_profile_nodes``: that many nodes (the
     last by id) only profile, first come first served, outside the MILP (Fig. 9a's static

@@ -510,8 +510,10 @@ class UniSchedPolicy:
             # profiling run and held for the job to grow into when its profile is taken
             cells = allocations(view.gpus, levels, roundup=True)[0]
             grow = _Choice(cells, consolidated, view.gpus, profile=bare.gpus)
-            if mode == "best-effort":
-                mode = "only" if view.job_class is JobClass.BEST_EFFORT else "first"
+            if mode == "best-effort":  # SLO jobs: a bare run, whose cells hold no GPU idle
+                if view.job_class is not JobClass.BEST_EFFORT:
+                    return [bare]
+                mode = "only"
             return [grow] if mode == "only" else [grow, bare]
         roundup = self.config.placement == "roundup"
         found = []
