@@ -131,6 +131,20 @@ def test_a_best_effort_job_waits_for_a_whole_cell_and_an_slo_job_profiles_on_two
     assert len(gpus_of(launch.placement)) == 2
 
 
+def test_an_slo_job_profiles_on_a_bare_run_and_holds_no_other_gpus(make_job):
+    # the default ("best-effort" mode): even with its whole 8-GPU cell free, an SLO job's
+    # profiling run takes 2 GPUs and holds nothing else, so a queued 1-GPU job fills node a
+    # (held cells kept the UniSched demo's 2-GPU SLO job out)
+    slo = make_job("slo", gpus=8, deadline=20_000.0, samples=(), sr_overhead_s=None)
+    policy = UniSchedPolicy()
+    [launch] = policy.decide(ClusterSnapshot.of(0.0, {"a": 8}, queued=[slo])).launch
+    assert gpus_of(launch.placement) == {("a", 0), ("a", 1)}
+    small = make_job("small", JobClass.BEST_EFFORT, gpus=1)
+    running = profiled(slo, launch, samples=())
+    fill = policy.decide(ClusterSnapshot.of(60.0, {"a": 8}, active=[running], queued=[small]))
+    assert [item.job_id for item in fill.launch] == ["small"]
+
+
 def test_a_renewed_best_effort_job_is_displaced_only_by_an_slo_deadline(make_job):
     placement = (TaskPlacement(0, "a", tuple(range(8))),)
     running = make_job(
