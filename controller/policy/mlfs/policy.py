@@ -150,12 +150,17 @@ class MlfhPolicy:
             items, movers, pool, tasks, lease
         )
 
-        releasing = [p for v in snapshot.busy for p in v.placement]
-        for mover in movers.values():
-            releasing.extend(p for p in mover.view.placement if p.rank in mover.ranks)
         expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
         victims = (
-            lease_victims(waiting, expired, job_priority, pool, releasing, self.preempt_ratio)
+            lease_victims(
+                waiting,
+                expired,
+                job_priority,
+                pool,
+                snapshot.busy,
+                movers.values(),
+                self.preempt_ratio,
+            )
             if preempting
             else []
         )

@@ -15,10 +15,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 
-from controller.placement import TaskPlacement
 from controller.policy.base import JobView
 from controller.policy.common import GpuMap
 from controller.policy.mlfs.hosts import HostPool
+from controller.policy.mlfs.moves import Mover
 
 
 def lease_victims(
@@ -26,15 +26,18 @@ def lease_victims(
     expired: Sequence[JobView],
     priority: Mapping[str, float],
     pool: HostPool,
-    releasing: Iterable[TaskPlacement],
+    busy: Iterable[JobView],
+    movers: Iterable[Mover],
     ratio: float,
 ) -> list[tuple[JobView, str]]:
     """The expired jobs that yield to ``waiting`` (in priority order), each with its reason
-    (module docstring). ``priority`` holds every waiting and expired job's ``P``."""
+    (module docstring). ``priority`` holds every waiting and expired job's ``P``; the GPUs
+    of ``busy`` jobs and of the movers' leaving tasks are on their way back."""
     candidates = sorted(expired, key=lambda v: (priority[v.id], v.id))  # lowest first
     ranks = [priority[v.id] * ratio for v in candidates]
     avail = GpuMap(pool.free_map())
-    avail.give(releasing)
+    avail.give(p for v in busy for p in v.placement)
+    avail.give(p for m in movers for p in m.view.placement if p.rank in m.ranks)
     victims: list[tuple[JobView, str]] = []
     chosen: set[str] = set()
     failed: dict[int, tuple[int, int]] = {}  # per process -> (map version, fewest tasks)

@@ -218,15 +218,13 @@ def plan(
     expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
     if preempting:
         left = sorted(unplaced + [i for i in remaining.tolist() if not candidates[i].moving])
-        releasing = [p for v in snapshot.busy for p in v.placement]
-        for mover in movers.values():
-            releasing.extend(p for p in mover.view.placement if p.rank in mover.ranks)
         victims = lease_victims(
             [candidates[i].view for i in left],
             expired,
             priorities.job,
             pool,
-            releasing,
+            snapshot.busy,
+            movers.values(),
             preempt_ratio,
         )
         suspends.extend(Suspend(v.id, reason) for v, reason in victims)
