@@ -96,13 +96,8 @@ def run_elected(config: ControllerConfig, lease_s: float, advertise: str = "") -
         standby.stop()
     keeper = LeaseKeeper(lease, lambda _reason: stop.set())
     keeper.start()  # renewing while the state loads
-    controller = _take_over(config, standby.port, lease)
+    controller = _take_over(config, standby.port, lease, lease_s)
     keeper.watch_store(controller.store.connection_lost)
-    with controller.state.lock:
-        controller.state.emit(
-            "leader_elected",
-            f"{lease.address} leads under epoch {lease.epoch} (lease {lease_s:g} s)",
-        )
     _announce(controller)
     stop.wait()
     keeper.stop()
@@ -125,8 +120,13 @@ def with_advertised_name(config: ControllerConfig, advertise: str) -> Controller
     return dataclasses.replace(config, tls_names=(*config.tls_names, host))
 
 
-def _take_over(config: ControllerConfig, port: int, lease: LeaderLease) -> Controller:
-    """The ordinary controller on the standby's port, its state loaded from the store."""
+def _take_over(
+    config: ControllerConfig, port: int, lease: LeaderLease, lease_s: float
+) -> Controller:
+    """The ordinary controller on the standby's port, its state loaded from the store.
+
+    ``leader_elected`` is recorded before the server starts, so every event of this leader's
+    term (an agent's re-registration included) comes after it in the feed."""
     host = config.listen.rsplit(":", 1)[0]
     try:
         controller = Controller(dataclasses.replace(config, listen=f"{host}:{port}"))
@@ -134,6 +134,11 @@ def _take_over(config: ControllerConfig, port: int, lease: LeaderLease) -> Contr
         lease.release()
         raise SystemExit(f"mlsched: {exc}") from None
     controller.store.fence = lease  # every write from here checks the epoch
+    with controller.state.lock:
+        controller.state.emit(
+            "leader_elected",
+            f"{lease.address} leads under epoch {lease.epoch} (lease {lease_s:g} s)",
+        )
     try:
         controller.start()
     except (OSError, ValueError) as exc:  # e.g. an HTTP listener that cannot bind
