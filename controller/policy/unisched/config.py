@@ -47,8 +47,8 @@ class UniSchedConfig:
     smallest jobs yield first and only those whose GPUs it needs (off: lowest reward first).
     ``keep_started``: a queued best-effort job that has run at its full size (a speed sample
     at its size) earns ``keep_reward`` per GPU too, so it resumes before jobs not started
-    (off by default: it then displaces a running SLO job that its estimate calls late, and
-    one held-out case of ``test_joint_allocation.py`` misses a deadline FIFO meets).
+    (on since SLO jobs profile on a bare run: the held-out cases of
+    ``test_joint_allocation.py`` that it once lost all hold; docs/unisched.md).
     ``pack``: a job the MILP chose whose cells the free GPUs cannot hold is given a whole
     cell by moving renewed best-effort jobs out of it to free cells elsewhere.
     ``profile_in_place``: a job larger than its profiling run is profiled inside the cells of
@@ -86,7 +86,7 @@ class UniSchedConfig:
     profile_in_place: str = "best-effort"
     yield_smallest_first: bool = True
     pack: bool = True
-    keep_started: bool = False
+    keep_started: bool = True
 
     def __post_init__(self) -> None:
         if self.be_lease_s is not None and not self.be_lease_s > 0:

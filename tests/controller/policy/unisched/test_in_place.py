@@ -270,13 +270,13 @@ def test_with_keep_started_a_job_that_ran_at_full_size_resumes_first(make_job):
     # GPUs on one node) and has 1,000 iterations left; "fresh" has 500 left (850 s plus 15 s
     # of overhead), so its reward 1 / (2 + 865 / 300) = 0.205 beats done's
     # 1 / (2 + 1730 / 300) = 0.129. With
-    # keep_started, done earns 0.5 x 8 more and resumes first.
+    # keep_started (the default), done earns 0.5 x 8 more and resumes first.
     done = make_job(
         "done", JobClass.BEST_EFFORT, gpus=8, samples=(*PROFILE, SpeedSample(8, 1, 1.7, 1.0))
     )
     fresh = make_job("fresh", JobClass.BEST_EFFORT, gpus=8, iteration=500)
     snapshot = ClusterSnapshot.of(0.0, {"a": 8}, queued=[done, fresh])
-    plain = UniSchedPolicy().decide(snapshot)
+    plain = UniSchedPolicy(UniSchedConfig(keep_started=False)).decide(snapshot)
     assert [item.job_id for item in plain.launch] == ["fresh"]
-    started = UniSchedPolicy(UniSchedConfig(keep_started=True)).decide(snapshot)
+    started = UniSchedPolicy().decide(snapshot)
     assert [item.job_id for item in started.launch] == ["done"]
