@@ -67,10 +67,16 @@ def _held_out_case(seed: int, slo) -> tuple[ClusterShape, list[TraceJob]]:  # ty
             jobs.append(TraceJob(name, "u", 0.0, duration, gpus))
 
 
-@pytest.mark.parametrize("seed", [2, 18, 25, 40, 57, 63])
-def test_unisched_never_misses_more_than_fifo_or_edf_on_held_out_cases(sim, seed):
+BASELINES = ("fifo", "edf", "srtf", "tiresias", "themis", "fair", "chronus")
+
+
+# Seeds 0 and 1: Chronus' round-up misses a fifth or a quarter of the reward. Seed 40 is the
+# case keep_started once lost (a started best-effort job displaced a running SLO job); over
+# seeds 0-99 of this generator UniSched never missed more than the best baseline.
+@pytest.mark.parametrize("seed", [0, 1, 2, 18, 25, 40, 57, 63])
+def test_unisched_never_misses_more_than_any_baseline_on_held_out_cases(sim, seed):
     shape, jobs = _held_out_case(seed, sim.slo)
-    baselines = [sim.r_slo(policy, jobs, shape) for policy in ("fifo", "edf")]
+    baselines = [sim.r_slo(policy, jobs, shape) for policy in BASELINES]
     assert sim.r_slo("unisched", jobs, shape) <= min(baselines) + 1e-9
 
 
