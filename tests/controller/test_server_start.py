@@ -35,6 +35,22 @@ def test_the_controller_names_its_policy_at_start(tmp_path, caplog, policy, logg
         controller.stop()
 
 
+def run_controller_cli(*args: str) -> int:
+    """``mlsched controller ARGS`` in this process, the root logger put back as it was after.
+
+    The CLI replaces the root logger's handlers with one on the sys.stderr of the moment (this
+    test's capture, closed when the test ends) at level INFO: left in place, every later
+    controller in this pytest process (its event follower's INFO lines) would write to a closed
+    file, and "--- Logging error ---" tracebacks would reach the terminal between tests."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        return main(["controller", *args])
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
 def _snapshot_dir(path):
     """The directory's files but SQLite's shared-memory index (``*-shm``), which the first
     controller's own readers (its event follower, `events -f` streams) update at any time."""
@@ -55,9 +71,9 @@ def test_a_second_controller_on_the_same_state_dir_refuses_and_touches_nothing(t
         before = _snapshot_dir(tmp_path)
         with pytest.raises(StateDirInUse, match="another controller is using the state"):
             Controller(config, clock=ManualClock(2_000.0))
-        code = main(
-            ["controller", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path),
-             "--join-token", "t" * 32, "--policy", "fifo"]
+        code = run_controller_cli(
+            "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path),
+            "--join-token", "t" * 32, "--policy", "fifo",
         )  # fmt: skip
         assert code == EXIT_STATE_DIR_IN_USE
         assert _snapshot_dir(tmp_path) == before
@@ -77,9 +93,9 @@ def test_the_refusal_is_a_clear_message_and_its_own_exit_code(tmp_path, capsys):
     first = Controller(config, clock=ManualClock(1_000.0))
     first.start()
     try:
-        code = main(
-            ["controller", "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path),
-             "--join-token", "t" * 32, "--policy", "fifo"]
+        code = run_controller_cli(
+            "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path),
+            "--join-token", "t" * 32, "--policy", "fifo",
         )  # fmt: skip
     finally:
         first.stop()
@@ -141,8 +157,8 @@ def test_a_bad_mlfs_param_refuses_to_start_and_touches_nothing(tmp_path, capsys)
     with pytest.raises(
         SystemExit, match=r"mlsched: MlfsConfig.gamma_w must be >= 0 \(Eq. 4\), got -1.0"
     ):
-        main(
-            ["controller", "--listen", "127.0.0.1:0", "--state-dir", str(state),
-             "--join-token", "t" * 32, "--policy", "mlf-h", "--mlfs-param", "gamma_w=-1"]
+        run_controller_cli(
+            "--listen", "127.0.0.1:0", "--state-dir", str(state),
+            "--join-token", "t" * 32, "--policy", "mlf-h", "--mlfs-param", "gamma_w=-1",
         )  # fmt: skip
     assert not state.exists()
