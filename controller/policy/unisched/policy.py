@@ -15,7 +15,8 @@ yet (their GPUs were still being released), then in the MILP's order of term-0 v
 Best-effort execution (docs/unisched.md, *Big best-effort jobs run where they were profiled*):
 a job larger than its profiling run profiles inside its consolidated cells, the rest of them
 held for it, and grows there when profiling ends; running best-effort jobs earn
-``keep_reward`` per GPU when renewed; jobs the MILP chose whose cells are scattered get a whole
+``keep_reward`` per GPU when renewed, and so do queued ones that already ran at their full size
+(``keep_started``: they resume first); jobs the MILP chose whose cells are scattered get a whole
 cell by moving renewed best-effort jobs (:func:`_pack`).
 
 State kept between cycles, by design and bounded by the live jobs: the previous solution (the
