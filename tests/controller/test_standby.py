@@ -11,8 +11,8 @@ import pytest
 
 from controller.clock import ManualClock
 from controller.leader import LeaderLease
-from controller.server import ControllerConfig
-from controller.standby import StandbyServer, with_advertised_name
+from controller.server import Controller, ControllerConfig
+from controller.standby import StandbyServer, _take_over, with_advertised_name
 from controller.store.lease import open_lease_table
 from mlsched.client import NOT_LEADER, Client, leader_hint
 from mlsched.v1 import agent_pb2, agent_pb2_grpc
@@ -99,3 +99,31 @@ def test_the_advertised_host_is_named_in_the_server_certificate(tmp_path):
     assert with_advertised_name(named, "ctl-1.example.internal:50051") == named
     assert with_advertised_name(config, "[fd00::1]:50051").tls_names == ("alias", "fd00::1")
     assert with_advertised_name(config, "") == config
+
+
+def test_the_new_leader_records_its_election_before_its_server_starts(tmp_path, monkeypatch):
+    # An agent that reconnects as soon as the port answers re-registers with the new leader;
+    # its event must come after leader_elected (the failover test waits for it there).
+    table = open_lease_table("", tmp_path)
+    lease = LeaderLease(table, "127.0.0.1:0", 30.0)
+    assert lease.try_acquire()
+    config = ControllerConfig(
+        listen="127.0.0.1:0", state_dir=tmp_path, insecure=True, policy="fifo"
+    )
+    seen_at_start: list[str] = []
+    real_start = Controller.start
+
+    def start(controller: Controller) -> None:
+        seen_at_start.extend(e.kind for e in controller.store.events_after(0))
+        real_start(controller)
+
+    monkeypatch.setattr(Controller, "start", start)
+    controller = _take_over(config, 0, lease, 30.0)
+    try:
+        assert seen_at_start == ["leader_elected"]
+        kinds = [e.kind for e in controller.store.events_after(0)]
+        assert kinds[:2] == ["leader_elected", "controller_started"]
+    finally:
+        controller.stop()
+        lease.release()
+        table.close()
