@@ -244,8 +244,17 @@ def _sleeping_task(
         shim_fence=lambda: ShimFence(4.0, 26.0),
     )
     ref = TaskRef("j-s", 0, 1)
-    command = (sys.executable, "-c", "import time; time.sleep(600)")
+    # The task ignores SIGTERM, as a training script still saving does, so only SIGKILL ends
+    # it: a task that died at SIGTERM before the next poll would never be sent SIGKILL, and
+    # whether it had died by then would depend on the machine's speed. It is ready (its
+    # handler set) before any signal is sent.
+    ready = tmp_path / "task-ready"
+    script = "import pathlib, signal, sys, time\n"
+    script += "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    script += "pathlib.Path(sys.argv[1]).touch()\ntime.sleep(600)\n"
+    command = (sys.executable, "-c", script, str(ready))
     tasks.launch(LaunchRequest(ref, command, gpu_indices=(0,)))
+    wait_until(ready.exists)
     return tasks, clock, ref, spawned
 
 
