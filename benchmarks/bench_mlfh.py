@@ -1,7 +1,7 @@
 """Benchmark: MLF-H's decision time per cycle with 1,000 queued tasks on C120.
 
     python benchmarks/bench_mlfh.py [--tasks 1000] [--busy 0.85] [--snapshots 20] [--repeats 3]
-                                    [--json]
+                                    [--default-gc] [--json]
 
 Each snapshot (one seed each) is a busy C120 cluster (120 nodes x 8 GPUs): running jobs hold
 ``--busy`` of the GPUs, a third of their leases expired, a few servers overloaded; queued jobs of
@@ -11,13 +11,18 @@ nodes report the utilisation their jobs' load gives. Reported: p50 / p95 / max o
 of ``MlfhPolicy.decide`` over snapshots x repeats, in ms, the p50 / p95 of its CPU time (the
 same on an idle machine, less inflated on a shared one), the wall p50 / p95 of each snapshot's
 first decision alone (``first_``: every job new to the policy, so nothing it keeps between
-cycles helps; the repeats see the same jobs again, as consecutive cycles mostly do) and what
-the decisions did. The paper reports 40-54 ms for 1,860 jobs (MLFS §4.2).
+cycles helps; the repeats see the same jobs again, as consecutive cycles mostly do), the
+milliseconds the garbage collector ran inside decisions (``gc_ms``) and what the decisions
+did. The process's collector is set as the controller sets its own
+(:func:`mlsched.gctune.tune_for_cycles`, after start-up); ``--default-gc`` keeps CPython's
+defaults instead, under which a full collection inside a decision added 16-25 ms to it. The
+paper reports 40-54 ms for 1,860 jobs (MLFS §4.2).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import random
@@ -28,6 +33,7 @@ import time
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, JobView, NodeView
 from controller.policy.mlfs.policy import MlfhPolicy
+from mlsched.gctune import tune_for_cycles
 from mlsched.model import Deadline, IterationStop, JobSpec, JobState
 from simulator.types import RESOURCES, TraceJob
 from simulator.workload import assign_mlfs_features
@@ -166,6 +172,21 @@ def _p95(values: list[float]) -> float:
     return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]  # nearest rank
 
 
+class _CollectorClock:
+    """A ``gc.callbacks`` entry: seconds the collector ran while ``timing`` is on."""
+
+    def __init__(self) -> None:
+        self.timing = False
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self.timing:
+            self.seconds += time.perf_counter() - self._started
+
+
 def _ms(seconds: float) -> float:
     return round(1000 * seconds, 2)
 
@@ -176,8 +197,17 @@ def main() -> int:
     parser.add_argument("--busy", type=float, default=0.85, help="GPUs held [%(default)s]")
     parser.add_argument("--snapshots", type=int, default=20, help="[%(default)s]")
     parser.add_argument("--repeats", type=int, default=3, help="decisions per snapshot")
+    parser.add_argument(
+        "--default-gc",
+        action="store_true",
+        help="CPython's collector settings, not the controller's",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
+    if not args.default_gc:
+        tune_for_cycles()  # as `mlsched controller` does after start-up
+    collecting = _CollectorClock()
+    gc.callbacks.append(collecting)
     policy = MlfhPolicy()
     times: list[float] = []
     cpu: list[float] = []
@@ -188,7 +218,9 @@ def main() -> int:
         queued_jobs += len(snap.queued)
         for repeat in range(args.repeats):
             started, cpu_started = time.perf_counter(), time.process_time()
+            collecting.timing = True
             decision = policy.decide(snap)
+            collecting.timing = False
             times.append(time.perf_counter() - started)
             cpu.append(time.process_time() - cpu_started)
             if repeat == 0:
@@ -198,6 +230,7 @@ def main() -> int:
         suspended += len(decision.suspend)
     row = {
         "cluster": f"{NODES}x{GPUS}",
+        "gc": "default" if args.default_gc else "tuned",
         "busy": args.busy,
         "queued_tasks": args.tasks,
         "queued_jobs_mean": queued_jobs / args.snapshots,
@@ -209,6 +242,7 @@ def main() -> int:
         "cpu_p95_ms": _ms(_p95(cpu)),
         "first_p50_ms": _ms(statistics.median(first)),
         "first_p95_ms": _ms(_p95(first)),
+        "gc_ms": _ms(collecting.seconds),
         "launches_per_decision": launched / args.snapshots,
         "migrations_per_decision": migrated / args.snapshots,
         "suspensions_per_decision": suspended / args.snapshots,

@@ -11,6 +11,7 @@ from pathlib import Path
 from controller.auth.tls_setup import OperatorTls
 from controller.policy.mlfs.config import add_mlfs_param_option
 from controller.policy.names import DEFAULT_POLICY, available_policies
+from mlsched.gctune import tune_for_cycles
 from mlsched.httplisten import split_listen
 from mlsched.logsetup import add_log_arguments
 from mlsched.logsetup import configure as configure_logging
@@ -223,6 +224,7 @@ def run_controller(args: argparse.Namespace) -> int:
             retain_finished_s=args.retain_finished or None,
         ),
     )
+    tune_for_cycles()  # a cycle's garbage, not start-up's, is what the collector walks
     if config.store_url:  # PostgreSQL: active/standby controllers elect a leader
         from controller.standby import run_elected
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from controller.policy import available_policies, make_policy
 from controller.policy.mlfs.config import MlfsConfig, add_mlfs_param_option, parse_mlfs_params
+from mlsched.gctune import tune_for_cycles
 from mlsched.jsonflag import add_json_options
 from mlsched.progress import Progress
 from simulator.elastic import LOADERS, ElasticJobModel, data_folder
@@ -379,6 +380,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         return 2
     model, jobs, shape = run.model, run.jobs, run.shape
     warn_missing_table(args, model, "mlsched simulate")
+    tune_for_cycles()  # the trace is loaded: what the collector walks from now on is the run's
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         print("mlsched simulate: --plot needs matplotlib: pip install -e '.[sim]'", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import chain, repeat
 from operator import attrgetter
 
@@ -119,9 +120,11 @@ def _entry(view: JobView, queued: bool, key: Inputs, config: MlfsConfig) -> _Ent
     )
 
 
-def _post_order(children: Sequence[tuple[int, ...]]) -> tuple[int, ...]:
+@lru_cache(maxsize=1024)
+def _post_order(children: tuple[tuple[int, ...], ...]) -> tuple[int, ...]:
     """The tasks, each after all its children; :class:`ValueError` on a cycle (never from
-    :func:`~controller.policy.mlfs.jobs.task_graph`, which drops a cyclic graph)."""
+    :func:`~controller.policy.mlfs.jobs.task_graph`, which drops a cyclic graph). Memoised:
+    a pure function of the graph, which jobs of one model and size share."""
     order: list[int] = []
     state = [0] * len(children)  # 0 new, 1 on the path, 2 done
     for root in range(len(children)):

@@ -115,7 +115,7 @@ class HostChoice:
 
 def is_overloaded(server: Server, h_r: float) -> bool:
     """Whether one of the server's resource types is above ``h_r`` (§3.3.2)."""
-    return any(u > h_r + _EPS for u in server.utilisation)
+    return max(server.utilisation, default=0.0) > h_r + _EPS
 
 
 def overloaded_gpus(server: Server, h_r: float) -> tuple[int, ...]:

@@ -256,19 +256,23 @@ class HostPool:
         placed: list[Placed] = []
         under = self._open(per_task, exclude)
         fits: dict[tuple[tuple[float, ...], float], np.ndarray] = {}
+        lowest = self._lowest(under)
         for task in tasks:
             key = (task.demand, task.gpu)
             if key not in fits:
                 fits[key] = self._fits(task, under)
-            choice = self._choose(task, under, fits[key], placement)
+            choice = self._choose(task, under, fits[key], placement, lowest)
             if choice is None:
                 self._undo(mark)
                 for key, _, _ in placed:
                     del placement[key]
                 return None
+            row = self._row[choice.server_id]  # the only server that changes
+            was_lowest = bool((self._point[row] <= lowest).any())
             gpus = self._take(choice.server_id, task.demand, per_task)
-            row = self._row[choice.server_id]  # the only server that changed
             under[row] = self._free[row] >= per_task and not self._hot[row]
+            if was_lowest:  # a take only raises its server's load: others keep the minimum
+                lowest = self._lowest(under)
             for (demand, gpu), mask in fits.items():
                 mask[row] = under[row] and self._fit_row(row, demand, gpu)
             placement[task.key] = choice.server_id
@@ -285,7 +289,14 @@ class HostPool:
         """``choose_host(task, servers, placement)`` over the underloaded servers with
         ``per_task`` free GPUs outside ``exclude`` (module docstring), q included."""
         under = self._open(per_task, exclude)
-        return self._choose(task, under, self._fits(task, under), placement)
+        return self._choose(task, under, self._fits(task, under), placement, self._lowest(under))
+
+    def _lowest(self, under: np.ndarray) -> np.ndarray:
+        """Each resource type's least utilisation over the servers of ``under`` (inf: none):
+        the resource part of the ideal virtual host U_V (§3.3.2)."""
+        if not under.any():
+            return np.full(self._point.shape[1], math.inf)
+        return self._point[under].min(axis=0)
 
     def _fits(self, task: TaskLoad, under: np.ndarray) -> np.ndarray:
         """Which servers of ``under`` can take the task within ``h_r`` (``fitting_gpu``)."""
@@ -308,21 +319,22 @@ class HostPool:
         under: np.ndarray,
         fits: np.ndarray,
         placement: Mapping[TaskKey, str],
+        lowest: np.ndarray,
     ) -> HostChoice | None:
+        """``choose_host`` over the rows of ``fits``; ``lowest``: :meth:`_lowest` of
+        ``under`` (kept up to date by :meth:`place`)."""
         rows = np.flatnonzero(fits)
         if rows.size == 0:  # no server fits (or none is underloaded)
             return None
         # MLFS §3.3.2: the traffic share with each server, as choose_host adds it up
         share: dict[int, float] = {}
-        if task.traffic:
-            total = sum(task.traffic.values())
-            for peer, volume in task.traffic.items():
-                where = placement.get(peer)
-                row = None if where is None else self._row.get(where)
-                if row is not None and under[row] and total > 0:
-                    share[row] = share.get(row, 0.0) + volume / total
+        total = sum(task.traffic.values()) if placement else 0.0  # no peer placed: no share
+        if total > 0:
+            for peer, where in _placed_peers(task.traffic, placement):
+                row = self._row.get(where)
+                if row is not None and under[row]:
+                    share[row] = share.get(row, 0.0) + task.traffic[peer] / total
         # MLFS §3.3.2: U_V = (min u_m over underloaded servers ..., max u_BW, q = 0)
-        lowest = np.where(under[:, None], self._point, math.inf).min(axis=0)
         ideal = (*lowest.tolist(), max([0.0, *share.values()]), 0.0)
         # MLFS §3.3.2: min ||U_s - U_V||, first NumPy's to narrow down, then math.dist's
         gaps = self._point[rows] - lowest
@@ -365,7 +377,7 @@ class HostPool:
         """Give the task the ``count`` least-loaded free GPUs and add its load (§3.3.2)."""
         s = self.servers[server_id]
         gpus = sorted(s.gpus, key=lambda g: (s.gpus[g], g))[:count]
-        point = tuple(min(1.0, u + d) for u, d in zip(s.utilisation, demand, strict=True))
+        point = tuple([min(1.0, u + d) for u, d in zip(s.utilisation, demand, strict=True)])
         loads = {g: v for g, v in s.gpus.items() if g not in gpus}
         self._journal.append(s)
         self._set(_server(server_id, point, loads))
@@ -436,6 +448,18 @@ def move_cost_s(view: JobView) -> float:
     if view.sr_overhead_s is not None and math.isfinite(view.sr_overhead_s):
         return max(0.0, view.sr_overhead_s)
     return MODEL_SUSPEND_S + MODEL_RESUME_S + MODEL_RESUME_PER_GPU_S * view.gpus
+
+
+def _placed_peers(
+    traffic: Mapping[TaskKey, float], placement: Mapping[TaskKey, str]
+) -> list[tuple[TaskKey, str]]:
+    """The task's peers that have a server, with it: found by walking the smaller of the two
+    mappings (the peers of a 32-task job are walked once per task otherwise). In the traffic's
+    order when it is walked, else in the placement's, which for a queued job's tasks (placed
+    by rank) is the same order."""
+    if len(placement) < len(traffic):
+        return [(peer, where) for peer, where in placement.items() if peer in traffic]
+    return [(peer, where) for peer in traffic if (where := placement.get(peer)) is not None]
 
 
 def _server(server_id: str, point: tuple[float, ...], gpus: Mapping[int, float]) -> Server:

@@ -35,26 +35,35 @@ def task_graph(tasks: int, spec: MlfsSpec) -> Graph:
     if edges is None:
         return (1.0 / tasks,) * tasks, ((),) * tasks
     count = len(parts)
-    runs = [0] * count  # tasks running each partition
-    for k in range(tasks):
-        runs[k % count] += 1
+    full, extra = divmod(tasks, count)  # tasks running partition p: full, +1 for p < extra
     total = sum(parts)
-    shares = tuple(min(1.0, parts[k % count] / total / runs[k % count]) for k in range(tasks))
-    children = tuple(
-        tuple(base + c for c in edges[k % count] if base + c < tasks)
-        for k, base in ((k, k - k % count) for k in range(tasks))
-    )
-    return shares, children
+    share = [min(1.0, parts[p] / total / (full + (p < extra))) for p in range(min(count, tasks))]
+    shares = tuple(share[k % count] for k in range(tasks))
+    children = []
+    for base in range(0, tasks, count):  # one replica of the partition graph at a time
+        last = tasks - base  # a last, partial replica keeps the edges whose ends it has
+        for p in range(min(count, last)):
+            children.append(tuple([base + c for c in edges[p] if c < last]))
+    return shares, tuple(children)
 
 
-def _partition_edges(spec: MlfsSpec) -> list[list[int]] | None:
+def _partition_edges(spec: MlfsSpec) -> tuple[tuple[int, ...], ...] | None:
     """Children of each partition, or None for a data-parallel job (no or invalid graph)."""
     parts = spec.partitions
-    count = len(parts)
-    if count == 0 or not all(math.isfinite(s) and s > 0 for s in parts):
+    if not parts or not all(math.isfinite(s) and s > 0 for s in parts):
         return None
+    return _dag_children(len(parts), spec.dependencies)
+
+
+@lru_cache(maxsize=1024)
+def _dag_children(
+    count: int, dependencies: tuple[tuple[int, int], ...]
+) -> tuple[tuple[int, ...], ...] | None:
+    """Each of ``count`` partitions' children, sorted, or None when an edge names an unknown
+    partition or a self-loop or the edges close a cycle. Memoised: jobs of one model share
+    their graph's shape, whatever their partitions' sizes."""
     children: list[set[int]] = [set() for _ in range(count)]
-    for parent, child in spec.dependencies:
+    for parent, child in dependencies:
         if not (0 <= parent < count and 0 <= child < count) or parent == child:
             return None
         children[parent].add(child)
@@ -71,7 +80,7 @@ def _partition_edges(spec: MlfsSpec) -> list[list[int]] | None:
             indegree[c] -= 1
             if indegree[c] == 0:
                 ready.append(c)
-    return [sorted(kids) for kids in children] if seen == count else None
+    return tuple(tuple(sorted(kids)) for kids in children) if seen == count else None
 
 
 def is_data_parallel(view: JobView) -> bool:
@@ -165,7 +174,11 @@ def peer_traffic(view: JobView) -> dict[int, dict[TaskKey, float]]:
     other task of the job (the all-reduce exchange) plus 1 along each dependency edge."""
     tasks = max(1, view.spec.num_tasks)
     _, children = task_graph(tasks, view.spec.mlfs)
-    traffic = {k: {(view.id, j): 1.0 for j in range(tasks) if j != k} for k in range(tasks)}
+    peers = [(view.id, j) for j in range(tasks)]
+    traffic: dict[int, dict[TaskKey, float]] = {}
+    for k in range(tasks):
+        traffic[k] = volumes = dict.fromkeys(peers, 1.0)
+        del volumes[peers[k]]
     for k, kids in enumerate(children):
         for c in kids:
             traffic[k][(view.id, c)] += 1.0

@@ -120,13 +120,14 @@ def task_loads(
         # Built without __init__, whose checks of every volume made a job O(tasks^2).
         load = object.__new__(TaskLoad)
         load.__dict__.update(loads[0].__dict__)
+        # peer_traffic's dicts are this call's own: a read-only view needs no copy
         load.__dict__.update(task=k, priority=priority, traffic=_frozen(traffic.get(k, {})))
         loads.append(load)
     return loads
 
 
-def _frozen(traffic: Mapping[TaskKey, float]) -> Mapping[TaskKey, float]:
-    return MappingProxyType(dict(traffic))
+def _frozen(traffic: dict[TaskKey, float]) -> Mapping[TaskKey, float]:
+    return MappingProxyType(traffic)
 
 
 def find_movers(

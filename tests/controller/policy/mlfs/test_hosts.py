@@ -123,3 +123,20 @@ def test_node_memo_pool_is_a_fresh_pool(seed: int) -> None:
         for sid in list(pool.servers)[:4]:  # the decision changes its pool
             pool.unload(sid, (0.05,) * len(TYPES))
         pool.place([TaskLoad("j", 0, (0.01,) * len(TYPES), 0.0)], 1, {})
+
+
+def test_placed_peers_walks_the_smaller_mapping_in_rank_order() -> None:
+    from controller.policy.mlfs.hosts import _placed_peers
+
+    traffic = {("j", k): 1.0 for k in (0, 1, 3, 4)}  # task 2's peers
+    # two peers placed (fewer than the peers): walked in the placement's (rank) order
+    few = {("j", 0): "n1", ("j", 1): "n0"}
+    assert _placed_peers(traffic, few) == [(("j", 0), "n1"), (("j", 1), "n0")]
+    # more placed than peers (another job's task among them): walked in the traffic's order
+    many = {("x", 0): "n2", ("j", 4): "n3", ("j", 0): "n1", ("j", 1): "n0", ("j", 2): "n0"}
+    assert _placed_peers(traffic, many) == [
+        (("j", 0), "n1"),
+        (("j", 1), "n0"),
+        (("j", 4), "n3"),
+    ]
+    assert _placed_peers(traffic, {}) == []

@@ -150,6 +150,14 @@ def test_task_graph_replicates_partitions_over_the_tasks() -> None:
     assert children == ((1,), (2,), (), (4,), (5,), (), ())
     assert sum(shares) == pytest.approx(1.0)
     assert task_graph(4, MlfsSpec()) == ((0.25,) * 4, ((),) * 4)
+    # 5 tasks: replica (0 1 2) and a partial one (3 4) that keeps the edge 0 -> 1 as 3 -> 4
+    shares, children = task_graph(5, graph)
+    assert shares == pytest.approx((0.25, 0.15, 0.2, 0.25, 0.15))
+    assert children == ((1,), (2,), (), (4,), ())
+    # fewer tasks than partitions: the first two partitions, whole each
+    shares, children = task_graph(2, graph)
+    assert shares == pytest.approx((0.5, 0.3))
+    assert children == ((1,), ())
     for bad in (
         MlfsSpec(partitions=(0.5, 0.5), dependencies=((0, 1), (1, 0))),  # a cycle
         MlfsSpec(partitions=(0.5, 0.5), dependencies=((0, 2),)),  # unknown partition
