@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from operator import attrgetter, is_
+from operator import attrgetter, is_, le
 from types import MappingProxyType
 from typing import Any
 
@@ -257,22 +257,28 @@ class HostPool:
         under = self._open(per_task, exclude)
         fits: dict[tuple[tuple[float, ...], float], np.ndarray] = {}
         lowest = self._lowest(under)
+        gaps = self._gaps(lowest)
         for task in tasks:
             key = (task.demand, task.gpu)
             if key not in fits:
                 fits[key] = self._fits(task, under)
-            choice = self._choose(task, under, fits[key], placement, lowest)
+            choice = self._choose(task, under, fits[key], placement, lowest, gaps)
             if choice is None:
                 self._undo(mark)
                 for key, _, _ in placed:
                     del placement[key]
                 return None
             row = self._row[choice.server_id]  # the only server that changes
-            was_lowest = bool((self._point[row] <= lowest).any())
+            least = lowest.tolist()
+            was_lowest = any(map(le, self.servers[choice.server_id].utilisation, least))
             gpus = self._take(choice.server_id, task.demand, per_task)
             under[row] = self._free[row] >= per_task and not self._hot[row]
             if was_lowest:  # a take only raises its server's load: others keep the minimum
                 lowest = self._lowest(under)
+                gaps = self._gaps(lowest)
+            else:
+                point = self.servers[choice.server_id].utilisation
+                gaps[row] = sum([(u - m) * (u - m) for u, m in zip(point, least, strict=True)])
             for (demand, gpu), mask in fits.items():
                 mask[row] = under[row] and self._fit_row(row, demand, gpu)
             placement[task.key] = choice.server_id
@@ -289,7 +295,9 @@ class HostPool:
         """``choose_host(task, servers, placement)`` over the underloaded servers with
         ``per_task`` free GPUs outside ``exclude`` (module docstring), q included."""
         under = self._open(per_task, exclude)
-        return self._choose(task, under, self._fits(task, under), placement, self._lowest(under))
+        lowest = self._lowest(under)
+        fits = self._fits(task, under)
+        return self._choose(task, under, fits, placement, lowest, self._gaps(lowest))
 
     def _lowest(self, under: np.ndarray) -> np.ndarray:
         """Each resource type's least utilisation over the servers of ``under`` (inf: none):
@@ -297,6 +305,12 @@ class HostPool:
         if not under.any():
             return np.full(self._point.shape[1], math.inf)
         return self._point[under].min(axis=0)
+
+    def _gaps(self, lowest: np.ndarray) -> np.ndarray:
+        """Squared distance of each server's utilisation to ``lowest``: the resource part of
+        ``_choose``'s first, rough distance (the last word is ``math.dist``'s)."""
+        gaps = self._point - lowest
+        return (gaps * gaps).sum(axis=1)
 
     def _fits(self, task: TaskLoad, under: np.ndarray) -> np.ndarray:
         """Which servers of ``under`` can take the task within ``h_r`` (``fitting_gpu``)."""
@@ -320,9 +334,10 @@ class HostPool:
         fits: np.ndarray,
         placement: Mapping[TaskKey, str],
         lowest: np.ndarray,
+        gaps: np.ndarray,
     ) -> HostChoice | None:
         """``choose_host`` over the rows of ``fits``; ``lowest``: :meth:`_lowest` of
-        ``under`` (kept up to date by :meth:`place`)."""
+        ``under`` and ``gaps``: :meth:`_gaps` of it (both kept up to date by :meth:`place`)."""
         rows = np.flatnonzero(fits)
         if rows.size == 0:  # no server fits (or none is underloaded)
             return None
@@ -337,12 +352,13 @@ class HostPool:
         # MLFS §3.3.2: U_V = (min u_m over underloaded servers ..., max u_BW, q = 0)
         ideal = (*lowest.tolist(), max([0.0, *share.values()]), 0.0)
         # MLFS §3.3.2: min ||U_s - U_V||, first NumPy's to narrow down, then math.dist's
-        gaps = self._point[rows] - lowest
-        rough = (gaps * gaps).sum(axis=1)
-        if share:
-            shares = np.zeros(len(self._ids), dtype=np.float64)
-            shares[list(share)] = list(share.values())
-            rough += (shares[rows] - ideal[-2]) ** 2
+        rough = gaps[rows]
+        if share:  # (share - max share)^2: max^2 where no peer is
+            top = ideal[-2]
+            extra = np.full(len(self._ids), top * top)
+            for row, value in share.items():
+                extra[row] = (value - top) * (value - top)
+            rough += extra[rows]
         q = self._degradation(task)
         if q is not None:
             rough += q[rows] ** 2
