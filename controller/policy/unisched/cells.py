@@ -163,6 +163,19 @@ class CellPool:
             cells.append((cell_level, start + (1 << cell_level)))
         return node, start
 
+    def give_back(self, node: str, level: int, start: int) -> None:
+        """Free a taken cell again, merged with its buddy while the buddy is free: a failed
+        request leaves the pool as whole as it found it (taking split a bigger cell, and the
+        halves left split would turn away a later job that needs the whole one)."""
+        cells = self.cells[node]
+        while level < self.levels - 1:
+            buddy = (level, start ^ (1 << level))
+            if buddy not in cells:
+                break
+            cells.remove(buddy)
+            level, start = level + 1, min(start, buddy[1])
+        cells.append((level, start))
+
     def place_all(self, requests: Sequence[CellRequest]) -> dict[str, tuple[TaskPlacement, ...]]:
         """Concrete placements for the requests, by job id.
 
@@ -189,7 +202,7 @@ class CellPool:
                     if got is None:
                         failed.add(job)
                         for node, start, lv in taken.pop(job):
-                            self.cells[node].append((lv, start))
+                            self.give_back(node, lv, start)
                         break
                     taken[job].append((got[0], got[1], level))
         result: dict[str, tuple[TaskPlacement, ...]] = {}

@@ -447,6 +447,9 @@ class UniSchedPolicy:
             (v for v in snapshot.queued if v.id not in self._waiting and v.id not in placed),
             key=self._fill_order,
         )
+        # Cells a request could not get: a failed request leaves the pool as it was, and a
+        # launch only shrinks it, so the same cells cannot be had later in this cycle either.
+        refused: set[tuple[Allocation, int, bool]] = set()
         for view in ordered:
             if left <= 0:
                 break
@@ -454,12 +457,19 @@ class UniSchedPolicy:
             for choice in self._choices(view, phase, levels):
                 if choice.gpus > left:
                     continue
-                placed = pool.place_all([_request(view, choice)])
+                request = _request(view, choice)
+                shape = (request.allocation, request.gpus, request.spread)
+                single = request.per_process == 1  # (processes of more GPUs: always tried)
+                if single and shape in refused:
+                    continue
+                placed = pool.place_all([request])
                 if view.id in placed:
                     lease = self._lease_for(phase, be, slo, snapshot.now)
                     launch.append(self._launch(view, choice, placed[view.id], lease))
                     left -= choice.gpus
                     break
+                if single:
+                    refused.add(shape)
         return Decision(launch=tuple(launch))
 
     # --- candidates -------------------------------------------------------------------------

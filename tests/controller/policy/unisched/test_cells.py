@@ -59,3 +59,24 @@ def test_failed_request_takes_nothing():
     pool = CellPool.of({"a": range(4)}, 3)
     placed = pool.place_all([CellRequest("big", (0, 0, 2), 8), CellRequest("ok", (0, 0, 1), 4)])
     assert set(placed) == {"ok"}
+
+
+def test_a_failed_request_leaves_the_pool_as_whole_as_it_found_it():
+    # 10 GPUs as a 4-cell and three 2-cells on one 8-GPU node: the 4-cell and two 2-cells
+    # split the node's 8-cell before the third 2-cell fails
+    pool = CellPool.of({"a": range(8)}, 4)
+    assert pool.place_all([CellRequest("big", (0, 3, 1, 0), 10)]) == {}
+    assert pool.cells == {"a": [(3, 0)]}
+    # so the whole node still takes a job of 8 (it was turned away while the halves stayed)
+    placed = pool.place_all([CellRequest("eight", (0, 0, 0, 1), 8)])
+    assert [p.gpu_indices for p in placed["eight"]] == [(g,) for g in range(8)]
+
+
+def test_give_back_merges_only_free_buddies():
+    pool = CellPool.of({"a": [0, 1, 2, 3, 6, 7]}, 4)  # GPUs 4, 5 busy
+    assert sorted(pool.cells["a"]) == [(1, 6), (2, 0)]
+    pool.cells["a"].remove((2, 0))
+    pool.give_back("a", 0, 0)  # its buddy, GPU 1, is not free
+    assert sorted(pool.cells["a"]) == [(0, 0), (1, 6)]
+    pool.give_back("a", 0, 1)  # GPUs 0 and 1 merge; (1, 0) stays: GPUs 2-3 are not in the pool
+    assert sorted(pool.cells["a"]) == [(1, 0), (1, 6)]
