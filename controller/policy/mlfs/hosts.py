@@ -472,7 +472,8 @@ def _placed_peers(
     """The task's peers that have a server, with it: found by walking the smaller of the two
     mappings (the peers of a 32-task job are walked once per task otherwise). In the traffic's
     order when it is walked, else in the placement's, which for a queued job's tasks (placed
-    by rank) is the same order."""
+    by rank) is the same order; for a moving job's (its staying tasks first) the shares can
+    be summed in another order than ``choose_host``'s, an ulp apart where volumes differ."""
     if len(placement) < len(traffic):
         return [(peer, where) for peer, where in placement.items() if peer in traffic]
     return [(peer, where) for peer in traffic if (where := placement.get(peer)) is not None]
