@@ -4,10 +4,11 @@ A decision cycle allocates many short-lived containers (job views, candidates, t
 with CPython's default thresholds (700, 10, 10) the collector runs every few hundred of them
 and, every hundred young collections or so, walks every tracked object of the process: a full
 collection inside an MLF-H cycle added 16-25 ms to it (``benchmarks/bench_mlfh.py``,
-``docs/mlfs.md``). After start-up, the controller and the simulator freeze what they hold
-(modules, configuration, loaded state: never garbage, so never worth walking again) and
-collect the young generation less often. Reference cycles are still collected; only their
-timing changes. A process-wide setting, so only entry points call it, never a policy.
+``docs/mlfs.md``). Once their modules and configuration are loaded (the simulator: its trace
+too), the controller and the simulator freeze what they hold (never garbage, so never worth
+walking again) and collect the young generation less often. Reference cycles are still
+collected; only their timing changes. A process-wide setting, so only entry points call it,
+never a policy.
 """
 
 from __future__ import annotations
