@@ -12,11 +12,12 @@ of ``MlfhPolicy.decide`` over snapshots x repeats, in ms, the p50 / p95 of its C
 same on an idle machine, less inflated on a shared one), the wall p50 / p95 of each snapshot's
 first decision alone (``first_``: every job new to the policy, so nothing it keeps between
 cycles helps; the repeats see the same jobs again, as consecutive cycles mostly do), the
-milliseconds the garbage collector ran inside decisions (``gc_ms``) and what the decisions
+milliseconds the garbage collector ran inside decisions (``gc_ms``; ``gc_max_ms``: inside
+the one decision where it ran longest) and what the decisions
 did. The process's collector is set as the controller sets its own
 (:func:`mlsched.gctune.tune_for_cycles`, after start-up); ``--default-gc`` keeps CPython's
-defaults instead, under which a full collection inside a decision added 16-25 ms to it. The
-paper reports 40-54 ms for 1,860 jobs (MLFS §4.2).
+defaults instead (at ``1871447``, before the decisions allocated less, a full collection
+inside a decision added 16-25 ms to it). The paper reports 40-54 ms for 1,860 jobs (MLFS §4.2).
 """
 
 from __future__ import annotations
@@ -213,14 +214,17 @@ def main() -> int:
     cpu: list[float] = []
     first: list[float] = []  # each snapshot's first decision: nothing kept from before
     launched = migrated = suspended = queued_jobs = 0
+    gc_most = 0.0  # the collector's longest time inside one decision
     for seed in range(args.snapshots):
         snap = snapshot(seed, args.tasks, args.busy)
         queued_jobs += len(snap.queued)
         for repeat in range(args.repeats):
             started, cpu_started = time.perf_counter(), time.process_time()
+            before = collecting.seconds
             collecting.timing = True
             decision = policy.decide(snap)
             collecting.timing = False
+            gc_most = max(gc_most, collecting.seconds - before)
             times.append(time.perf_counter() - started)
             cpu.append(time.process_time() - cpu_started)
             if repeat == 0:
@@ -243,6 +247,7 @@ def main() -> int:
         "first_p50_ms": _ms(statistics.median(first)),
         "first_p95_ms": _ms(_p95(first)),
         "gc_ms": _ms(collecting.seconds),
+        "gc_max_ms": _ms(gc_most),
         "launches_per_decision": launched / args.snapshots,
         "migrations_per_decision": migrated / args.snapshots,
         "suspensions_per_decision": suspended / args.snapshots,
