@@ -1,7 +1,7 @@
 """Benchmark: MLF-H's decision time per cycle with 1,000 queued tasks on C120.
 
     python benchmarks/bench_mlfh.py [--tasks 1000] [--busy 0.85] [--snapshots 20] [--repeats 3]
-                                    [--default-gc] [--json]
+                                    [--default-gc] [--phases] [--json]
 
 Each snapshot (one seed each) is a busy C120 cluster (120 nodes x 8 GPUs): running jobs hold
 ``--busy`` of the GPUs, a third of their leases expired, a few servers overloaded; queued jobs of
@@ -18,11 +18,19 @@ did. The process's collector is set as the controller sets its own
 (:func:`mlsched.gctune.tune_for_cycles`, after start-up); ``--default-gc`` keeps CPython's
 defaults instead (at ``1871447``, before the decisions allocated less, a full collection
 inside a decision added 16-25 ms to it). The paper reports 40-54 ms for 1,860 jobs (MLFS §4.2).
+
+``--phases``: where each snapshot's first decision went (:class:`PhaseClock`; JSON key
+``"phases"``): mean ms per first decision placing tasks (``place_queued``, ``place_mover``,
+``HostPool.place``), computing priorities (``PriorityBook.priorities``), finding overload movers
+(``find_movers``), and the rest; the tasks placed and the placing time per task. The timers
+wrap those names where :mod:`controller.policy.mlfs.policy` looks them up, for the first
+decisions only (they add a few microseconds a call to ``first_``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import math
@@ -30,9 +38,14 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import controller.policy.mlfs.policy as mlfh
 from controller.placement import TaskPlacement
 from controller.policy.base import ClusterSnapshot, JobView, NodeView
+from controller.policy.mlfs.book import PriorityBook
+from controller.policy.mlfs.hosts import HostPool
 from controller.policy.mlfs.policy import MlfhPolicy
 from mlsched.gctune import tune_for_cycles
 from mlsched.model import Deadline, IterationStop, JobSpec, JobState
@@ -192,7 +205,77 @@ def _ms(seconds: float) -> float:
     return round(1000 * seconds, 2)
 
 
-def main() -> int:
+# (owner, attribute, phase): what MlfhPolicy._decide calls, where it looks each name up (the
+# functions are imported into the policy's module; the methods are looked up on their class)
+PHASE_TARGETS: tuple[tuple[Any, str, str], ...] = (
+    (mlfh, "place_queued", "place"),
+    (mlfh, "place_mover", "place"),
+    (HostPool, "place", "place"),
+    (mlfh, "find_movers", "movers"),
+    (PriorityBook, "priorities", "priorities"),
+)
+PHASES = ("place", "priorities", "movers")
+
+
+class PhaseClock:
+    """Seconds and calls per phase of the wrapped functions, only the outermost wrapped call
+    timed (``place_queued`` calling ``HostPool.place`` counts once); ``tasks``: the tasks
+    ``HostPool.place`` placed."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.calls = dict.fromkeys(PHASES, 0)
+        self.tasks = 0
+        self._inside = False
+
+    def wrap(self, phase: str, func: Callable[..., Any], counts: bool) -> Callable[..., Any]:
+        """``func`` timed as ``phase``; ``counts``: it returns the tasks placed (or None)."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self._inside:
+                result = func(*args, **kwargs)
+            else:
+                self._inside = True
+                started = time.perf_counter()
+                try:
+                    result = func(*args, **kwargs)
+                finally:
+                    self.seconds[phase] += time.perf_counter() - started
+                    self._inside = False
+                self.calls[phase] += 1
+            if counts and result is not None:
+                self.tasks += len(result)
+            return result
+
+        return timed
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[PhaseClock]:
+        """:data:`PHASE_TARGETS` wrapped while inside, restored after."""
+        saved = [(owner, name, getattr(owner, name)) for owner, name, _ in PHASE_TARGETS]
+        try:
+            for (owner, name, phase), (_, _, func) in zip(PHASE_TARGETS, saved, strict=True):
+                setattr(owner, name, self.wrap(phase, func, owner is HostPool))
+            yield self
+        finally:
+            for owner, name, func in saved:
+                setattr(owner, name, func)
+
+
+def phase_row(clock: PhaseClock, first: list[float]) -> dict[str, float]:
+    """Mean ms per first decision per phase, ``rest`` the decision's time outside them."""
+    count = len(first)
+    row = {f"{p}_ms": _ms(clock.seconds[p] / count) for p in PHASES}
+    row["rest_ms"] = _ms((sum(first) - sum(clock.seconds.values())) / count)
+    row["total_ms"] = _ms(sum(first) / count)
+    row["tasks_placed"] = round(clock.tasks / count, 1)
+    per_task = clock.seconds["place"] / clock.tasks if clock.tasks else 0.0
+    row["place_us_per_task"] = round(1e6 * per_task, 1)
+    row.update({f"{p}_calls": round(clock.calls[p] / count, 1) for p in PHASES})
+    return row
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=1000, help="queued tasks [%(default)s]")
     parser.add_argument("--busy", type=float, default=0.85, help="GPUs held [%(default)s]")
@@ -203,8 +286,13 @@ def main() -> int:
         action="store_true",
         help="CPython's collector settings, not the controller's",
     )
+    parser.add_argument("--phases", action="store_true", help="time the first decisions' phases")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = _arguments()
     if not args.default_gc:
         tune_for_cycles()  # as `mlsched controller` does after start-up
     collecting = _CollectorClock()
@@ -215,14 +303,18 @@ def main() -> int:
     first: list[float] = []  # each snapshot's first decision: nothing kept from before
     launched = migrated = suspended = queued_jobs = 0
     gc_most = 0.0  # the collector's longest time inside one decision
+    phases = PhaseClock()
     for seed in range(args.snapshots):
         snap = snapshot(seed, args.tasks, args.busy)
         queued_jobs += len(snap.queued)
         for repeat in range(args.repeats):
+            timing = args.phases and repeat == 0
+            installed = phases.installed() if timing else contextlib.nullcontext()
             started, cpu_started = time.perf_counter(), time.process_time()
             before = collecting.seconds
             collecting.timing = True
-            decision = policy.decide(snap)
+            with installed:
+                decision = policy.decide(snap)
             collecting.timing = False
             gc_most = max(gc_most, collecting.seconds - before)
             times.append(time.perf_counter() - started)
@@ -232,7 +324,7 @@ def main() -> int:
         launched += len(decision.launch)
         migrated += len(decision.migrate)
         suspended += len(decision.suspend)
-    row = {
+    row: dict[str, Any] = {
         "cluster": f"{NODES}x{GPUS}",
         "gc": "default" if args.default_gc else "tuned",
         "busy": args.busy,
@@ -252,12 +344,24 @@ def main() -> int:
         "migrations_per_decision": migrated / args.snapshots,
         "suspensions_per_decision": suspended / args.snapshots,
     }
-    if args.json:
-        print(json.dumps(row))
-    else:
-        for key, value in row.items():
-            print(f"{key:>26} {value}")
+    if args.phases:
+        row["phases"] = phase_row(phases, first)
+    _print(row, args.json)
     return 0
+
+
+def _print(row: dict[str, Any], as_json: bool) -> None:
+    """``row`` as one JSON object, or a line per figure (a nested dict's indented)."""
+    if as_json:
+        print(json.dumps(row))
+        return
+    for key, value in row.items():
+        if isinstance(value, dict):
+            print(f"{key:>26}:")
+            for name, figure in value.items():
+                print(f"{name:>30} {figure}")
+        else:
+            print(f"{key:>26} {value}")
 
 
 if __name__ == "__main__":
