@@ -1,0 +1,91 @@
+"""The figure-printing paths of ``benchmarks/bench_mlfh.py --phases`` and
+``benchmarks/milp_replay.py`` on tiny inputs: the structure of what they print, never a speed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARKS = REPO / "benchmarks"
+PHASES = ("place", "priorities", "movers")
+
+
+def run_json(script: str, *args: str) -> dict:
+    """The script's ``--json`` object."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(proc.stdout)
+
+
+def load_script(name: str) -> ModuleType:
+    """A benchmark script as a module (``benchmarks/`` is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def shared_trace() -> Path:
+    env = os.environ.get("MLSCHED_DATA")
+    data = Path(env) if env else REPO.parent / "shared" / "data"
+    path = (data / "chronus_philly" / "trace_job_Philly_MIX2.csv").resolve()
+    if not path.is_file():
+        pytest.skip(f"shared trace {path} not found (set MLSCHED_DATA)")
+    return path
+
+
+def test_bench_mlfh_phases_on_one_snapshot():
+    args = ("--phases", "--snapshots", "1", "--repeats", "1", "--tasks", "50")
+    row = run_json("bench_mlfh.py", *args)
+    phases = row["phases"]
+    for key in (*(f"{p}_ms" for p in PHASES), "rest_ms", "total_ms", "place_us_per_task"):
+        assert phases[key] >= 0, key
+    assert sum(phases[f"{p}_ms"] for p in PHASES) <= phases["total_ms"] + 0.05  # rounding
+    assert phases["total_ms"] == pytest.approx(row["first_p50_ms"], abs=0.01)
+    # every wrapped name was reached: the policy still calls what the benchmark wraps
+    assert phases["priorities_calls"] == phases["movers_calls"] == 1
+    assert phases["place_calls"] >= 1 and phases["tasks_placed"] >= 1
+
+
+def test_phase_clock_times_only_the_outermost_call_and_restores():
+    bench = load_script("bench_mlfh")
+    clock = bench.PhaseClock()
+    inner = clock.wrap("place", lambda: [1, 2, 3], counts=True)
+    outer = clock.wrap("place", lambda: inner() and (), counts=False)
+    assert outer() == ()
+    assert clock.calls["place"] == 1 and clock.tasks == 3
+    targets = [(owner, name) for owner, name, _ in bench.PHASE_TARGETS]
+    originals = [getattr(owner, name) for owner, name in targets]
+    with clock.installed():
+        assert not any(getattr(o, n) is f for (o, n), f in zip(targets, originals, strict=True))
+    assert all(getattr(o, n) is f for (o, n), f in zip(targets, originals, strict=True))
+
+
+def test_milp_replay_on_a_slice():
+    trace = shared_trace()
+    args = ("--trace", str(trace), "--limit", "100", "--cluster", "8x8", "--every", "4")
+    report = run_json("milp_replay.py", *args, "--sets", "code,presolve-off")
+    assert report["captured"] == math.ceil(report["milps"] / 4) > 0
+    assert list(report["sets"]) == ["run", "code", "presolve-off"]
+    for row in report["sets"].values():
+        assert row["models"] == report["captured"]
+        assert row["same"] + row["better"] + row["worse"] + row["none"] == row["models"]
+        assert row["solve_s"] >= 0 and row["p95_ms"] >= row["p50_ms"] >= 0
+    # the code's own settings again reach the run's objective on every model
+    assert report["sets"]["code"]["same"] == report["captured"]
