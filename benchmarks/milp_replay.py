@@ -11,10 +11,11 @@ Every MILP the policy sends its worker as matrices (``IsolatedSolver._ask`` with
 process with :func:`scipy.optimize.milp`, one option set of :data:`OPTION_SETS` after another.
 
 Printed per option set (``run``: the worker's own solves during the simulation): models, total
-solve seconds, p50 / p95 ms per solve, how many reached the objective the run reached (within
-1e-6 relative), how many did better or worse or found no solution, and how many stopped at the
-time limit (for ``run``: answers not proven optimal). Wall times: the machine's load moves
-them, and a solve cut off at the limit can end with another objective.
+solve seconds and those of the solves that ended before the time limit (``done_s``), p50 / p95
+ms per solve, how many reached the objective the run reached (within 1e-6 relative), how many
+did better or worse or found no solution, and how many stopped at the time limit (for ``run``:
+answers not proven optimal). Wall times: the machine's load moves them, and a solve cut off at
+the limit can end with another objective.
 """
 
 from __future__ import annotations
@@ -194,20 +195,26 @@ def run_objective(c: Captured) -> float | None:
 
 
 def summary(
-    seconds: list[float], objectives: list[float | None], limited: int, runs: list[float | None]
+    seconds: list[float],
+    objectives: list[float | None],
+    limited: list[bool],
+    runs: list[float | None],
 ) -> dict[str, Any]:
-    """One option set's row, its objectives compared with the run's (``runs``)."""
+    """One option set's row, per model its seconds, objective and whether it stopped at the
+    limit; objectives compared with the run's (``runs``)."""
     counts = dict.fromkeys(("same", "better", "worse", "none"), 0)
     for got, ran in zip(objectives, runs, strict=True):
         counts[_compare(got, ran)] += 1
     ordered = sorted(seconds)
+    finished = (s for s, cut in zip(seconds, limited, strict=True) if not cut)
     return {
         "models": len(seconds),
         "solve_s": round(sum(seconds), 3),
+        "done_s": round(sum(finished), 3),
         "p50_ms": round(1000 * _rank(ordered, 0.50), 2),
         "p95_ms": round(1000 * _rank(ordered, 0.95), 2),
         **counts,
-        "at_limit": limited,
+        "at_limit": sum(limited),
     }
 
 
@@ -234,21 +241,22 @@ def replay(models: list[Captured], name: str) -> dict[str, Any]:
     """Every model solved under option set ``name``."""
     seconds: list[float] = []
     objectives: list[float | None] = []
-    limited = 0
+    limited: list[bool] = []
     for c in models:
         took, objective, status = solve(c.matrices, OPTION_SETS[name](c.matrices, c.time_limit_s))
         seconds.append(took)
         objectives.append(objective)
-        limited += status == TIME_LIMIT
+        limited.append(status == TIME_LIMIT)
     return summary(seconds, objectives, limited, [run_objective(c) for c in models])
 
 
 def run_row(models: list[Captured]) -> dict[str, Any]:
-    """The worker's own solves of the kept models, as a row like :func:`replay`'s."""
-    answered = [c.answer for c in models if c.answer is not None]
+    """The worker's own solves of the kept models, as a row like :func:`replay`'s (at the
+    limit: not proven optimal; a model the worker never answered counts its time limit)."""
+    seconds = [c.answer.solve_s if c.answer else c.time_limit_s for c in models]
+    limited = [not (c.answer and c.answer.optimal) for c in models]
     runs = [run_objective(c) for c in models]
-    unproven = sum(not a.optimal for a in answered) + len(models) - len(answered)
-    return summary([a.solve_s for a in answered], runs, unproven, runs)
+    return summary(seconds, runs, limited, runs)
 
 
 def _arguments() -> argparse.Namespace:
