@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from operator import attrgetter
 
 from controller.placement import TaskPlacement, place_job, without
 from controller.policy.base import ClusterSnapshot, Decision, JobView, Launch, NodeView
@@ -44,6 +45,7 @@ LEFT_QUEUED = "overloaded server; queued"  # MLF-RL's movers the chooser left in
 RETREAT_REASONS = frozenset({NO_HOST, LEFT_QUEUED})
 HOLD_S = 60.0  # no measurement to judge by: the agent's --migration-cooldown default
 _EPS = 1e-9  # the rounding allowance of MLFS' threshold tests (hosts.py)
+_RETREAT = attrgetter("overload_retreat")  # an OverloadRetreat (always true) or None
 
 Decide = Callable[[ClusterSnapshot], Decision]
 
@@ -54,9 +56,9 @@ def keep_off(
     """``decide(snapshot)`` with no marked job launched onto a node it left that cannot take
     it (module docstring)."""
     decision = decide(snapshot)
-    marked = {v.id: v for v in snapshot.queued if v.overload_retreat is not None}
-    if not marked:
+    if not any(map(_RETREAT, snapshot.queued)):  # no job marked: the common case, in C
         return decision
+    marked = {v.id: v for v in snapshot.queued if v.overload_retreat is not None}
     nodes = {n.id: n for n in snapshot.nodes}
     held: dict[str, Launch] = {}
     priorities: dict[str, float] = {}

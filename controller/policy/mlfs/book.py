@@ -18,7 +18,7 @@ holds the two together.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain, repeat
@@ -157,11 +157,31 @@ class Priorities:
     waiting time; the best task's ``P``, ``P^ML`` and ``P^C``)."""
 
     def __init__(self, entries: Sequence[_Entry], ids: Sequence[str], clock: np.ndarray):
-        self.tasks: dict[TaskKey, float] = {}
-        self.job: dict[str, float] = {}
+        self.tasks: Mapping[TaskKey, float] = {}
+        self._job: dict[str, float] | None = {}
+        self._totals: list[float] = []  # per row, where ``job`` is made when first read
         self.index: dict[str, int] = dict(zip(ids, range(len(ids)), strict=True))
         self.clock = clock
         self.entries = entries  # per row: the job's kept Eq. 6 inputs (:meth:`source`)
+
+    @property
+    def job(self) -> dict[str, float]:
+        """Each job id's ``P`` (its best task's)."""
+        if self._job is None:
+            self._job = dict(zip(self.index, self._totals, strict=True))
+        return self._job
+
+    @job.setter
+    def job(self, value: dict[str, float]) -> None:
+        self._job = value
+
+    def flat(self, totals: list[float]) -> None:
+        """No job has a task graph: row ``i``'s job has one task key, ``(id, 0)``, with
+        ``P`` ``totals[i]``; ``tasks`` and ``job`` read them when asked (no mapping built per
+        cycle that no one reads)."""
+        self._totals = totals
+        self._job = None
+        self.tasks = _FirstTasks(self.index, totals)
 
     def source(self, job_id: str) -> object:
         """A token that stays the same object while the job's Eq. 6 inputs are unchanged
@@ -188,6 +208,36 @@ class Priorities:
         g.__dict__.update(f.__dict__)
         g.__dict__["waiting_s"] = waiting
         return g
+
+
+class _FirstTasks(Mapping[TaskKey, float]):
+    """``Priorities.tasks`` when no job has a task graph: ``(id, 0)`` -> that job's ``P``,
+    read from the row index and the per-row values (no tuple key made per job)."""
+
+    def __init__(self, index: Mapping[str, int], totals: Sequence[float]) -> None:
+        self._index = index
+        self._totals = totals
+
+    def __getitem__(self, key: TaskKey) -> float:
+        job_id, task = key
+        if task != 0:
+            raise KeyError(key)
+        return self._totals[self._index[job_id]]
+
+    def get(self, key: TaskKey, default: float | None = None) -> float | None:  # type: ignore[override]
+        """The task's ``P``, ``default`` for a key not here (as ``dict.get``)."""
+        job_id, task = key
+        i = self._index.get(job_id) if task == 0 else None
+        return default if i is None else self._totals[i]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, tuple) and len(key) == 2 and key[1] == 0 and key[0] in self._index
+
+    def __iter__(self) -> Iterator[TaskKey]:
+        return zip(self._index, repeat(0))
+
+    def __len__(self) -> int:
+        return len(self._index)
 
 
 class SameViews:
@@ -325,8 +375,7 @@ class PriorityBook:
         totals = total.tolist()
         orders = list(map(_ORDER, values))
         if orders.count(None) == n:  # no task graph: each job's task 0 is (its id, 0)
-            out.tasks = dict(zip(zip(ids, repeat(0)), totals, strict=True))
-            out.job = dict(zip(ids, totals, strict=True))
+            out.flat(totals)
             return out
         own_c = c.tolist()
         for i, (job_id, e) in enumerate(entries.items()):

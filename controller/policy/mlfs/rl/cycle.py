@@ -74,6 +74,8 @@ from controller.policy.mlfs.rl.features import (
 from controller.policy.mlfs.rl.queue import FitKey, QueueBook, Queued, job_rows, order
 from controller.policy.retreat import LEFT_QUEUED, NO_HOST
 
+_VIEW_ID = attrgetter("view.id")
+
 
 @dataclass(frozen=True)
 class Step:
@@ -157,7 +159,7 @@ def plan(
         for m in movers.values()
     ]
     p_all, book_rows = _job_priorities(records, queued_count, priorities)
-    ranked = order(p_all, _Ids(records))
+    ranked = order(p_all, list(map(_VIEW_ID, records)))
     records = list(map(records.__getitem__, ranked.tolist()))
     candidates = list(map(attrgetter("candidate"), records))
     demands = list(map(attrgetter("demand"), records))
@@ -279,19 +281,6 @@ def _job_priorities(
         np.concatenate([head, np.array(tail, dtype=np.float64)]),
         np.concatenate([head_rows, tail_rows]),
     )
-
-
-class _Ids(Sequence[str]):
-    """The records' job ids, read when asked (``order`` reads only those of equal ``P``)."""
-
-    def __init__(self, records: Sequence[Queued]) -> None:
-        self._records = records
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def __getitem__(self, i: int) -> str:  # type: ignore[override]
-        return self._records[i].view.id
 
 
 class _JobRows:

@@ -134,20 +134,33 @@ class QueueBook:
 
 def order(p: np.ndarray, ids: Sequence[str]) -> np.ndarray:
     """The indices of ``p`` in MLF-H's order: ``P`` descending, then id (``sorted`` with key
-    ``(-P, id)``; ids are unique). A NaN, which ``sorted`` orders by position, falls back to
-    ``sorted`` itself."""
+    ``(-P, id)``; ids are unique). One NumPy sort by ``P``, then one ``lexsort`` of the members
+    of runs of equal ``P`` by (``-P``, id): they keep the positions their runs hold, which the
+    ``P`` order fixes. NumPy compares strings by code point, as Python does; an id with a NUL
+    (which NumPy's strings drop at the end) or a NaN (which ``sorted`` orders by position)
+    falls back to ``sorted`` itself."""
     n = len(ids)
     if np.isnan(p).any():
-        return np.array(sorted(range(n), key=lambda i: (-p[i], ids[i])), dtype=np.intp)
+        return _sorted_order(p, ids)
     out = np.argsort(-p, kind="stable")
     ranked = p[out]
     same = ranked[1:] == ranked[:-1]
     if same.any():
-        edges = np.flatnonzero(np.diff(np.concatenate(([False], same, [False])).astype(np.int8)))
-        for start, stop in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
-            run = out[start : stop + 1].tolist()
-            out[start : stop + 1] = sorted(run, key=ids.__getitem__)
+        tied = np.zeros(n, dtype=bool)
+        tied[1:] = same
+        tied[:-1] |= same
+        at = np.flatnonzero(tied)
+        members = out[at]
+        names = [ids[i] for i in members.tolist()]
+        if "\0" in "".join(names):
+            return _sorted_order(p, ids)
+        out[at] = members[np.lexsort((np.array(names), -ranked[at]))]
     return out
+
+
+def _sorted_order(p: np.ndarray, ids: Sequence[str]) -> np.ndarray:
+    """:func:`order` by ``sorted`` itself."""
+    return np.array(sorted(range(len(ids)), key=lambda i: (-p[i], ids[i])), dtype=np.intp)
 
 
 def job_rows(

@@ -181,3 +181,19 @@ def test_kept_queue_equals_a_fresh_book_to_the_bit(seed: int) -> None:
         assert got.index == want.index
         assert got.clock.tobytes() == want.clock.tobytes()
         assert [e.row for e in got.entries] == [e.row for e in want.entries]
+
+
+def test_without_task_graphs_tasks_reads_like_the_dict_it_stands_for() -> None:
+    book = PriorityBook(CONFIG)
+    # j as in the first test (P = 0.295 at 1 h); k active, so no waiting: I = 1, P^ML = 2,
+    # P^C = 0, P = 0.3 * 2 = 0.6
+    out = book.priorities([view("j")], [view("k", iteration=0, losses=())], HOUR)
+    expected = {("j", 0): pytest.approx(0.295), ("k", 0): pytest.approx(0.6)}
+    assert dict(out.tasks) == expected
+    assert out.tasks[("k", 0)] == out.tasks.get(("k", 0)) == out.job["k"]
+    assert out.tasks.get(("j", 1)) is None and out.tasks.get(("x", 0), -1.0) == -1.0
+    assert ("j", 0) in out.tasks and ("j", 1) not in out.tasks and "j" not in out.tasks
+    with pytest.raises(KeyError):
+        out.tasks[("j", 1)]
+    assert len(out.tasks) == 2 and list(out.tasks) == [("j", 0), ("k", 0)]
+    assert out.job == {"j": pytest.approx(0.295), "k": pytest.approx(0.6)}

@@ -91,3 +91,8 @@ def test_order_is_sorted_by_priority_then_id() -> None:
     p = np.array([1.0, math.nan, 2.0, 1.0])
     ids = ["d", "c", "b", "a"]
     assert order(p, ids).tolist() == sorted(range(4), key=lambda i: (-p[i], ids[i]))
+    # NumPy's strings drop a trailing NUL ("a\0" would equal "a"): sorted() decides
+    p = np.array([1.0, 1.0, 1.0, 2.0])
+    ids = ["a\0", "a", "\0", ""]
+    assert order(p, ids).tolist() == [3, 2, 1, 0]
+    assert order(p, ids).tolist() == sorted(range(4), key=lambda i: (-p[i], ids[i]))

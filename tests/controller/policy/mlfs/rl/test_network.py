@@ -116,6 +116,28 @@ def test_frozen_argmax_bound_covers_rounding() -> None:
     assert slack.max() < 1e-9
 
 
+def test_frozen_argmax_float32_bound_covers_rounding() -> None:
+    """The float32 pass's slack is above its actual distance from the float64 loops, and
+    small enough that the float32 pass decides most steps of the shipped model."""
+    shipped, _ = load_model()
+    frozen = FrozenPointer(shipped)
+    rng = np.random.default_rng(6)
+    decided = 0
+    for n in (1, 2, 7, 50, 500, 3000):
+        x = rng.random((n, F)).astype(np.float32)
+        c = rng.random(C).astype(np.float32)
+        reference = frozen.logits(x, c)
+        fast = frozen.blas_logits(x, c.astype(np.float64), fast=True)
+        slack = frozen._bounds32.slack(x, c.astype(np.float64))
+        assert (np.abs(fast - reference) <= slack).all()
+        assert (slack > frozen._bounds.slack(x, c.astype(np.float64))).all()
+        best = int(np.argmax(fast))
+        rivals = fast + slack
+        rivals[best] = -np.inf
+        decided += int(fast[best] - slack[best] > rivals.max())
+    assert decided >= 4
+
+
 def test_save_and_load_round_trip(net: PointerNet, tmp_path: Path) -> None:
     path = tmp_path / "m.pt"
     save_model(path, net, {"seed": 3, "history": [{"epoch": 0, "validation_reward": -0.5}]})
