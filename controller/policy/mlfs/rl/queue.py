@@ -18,6 +18,8 @@ with one NumPy sort: equal ``P`` runs are put in id order in Python.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from itertools import repeat
+from operator import attrgetter, eq, is_, itemgetter
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -66,6 +68,12 @@ FitKey = tuple[tuple[float, ...], int, frozenset[str]]  # demand, GPUs per task,
 StepKey = tuple[int, frozenset[str]]  # GPUs per task (at least 1), servers to avoid
 
 
+_NEVER: tuple[object, int, MlfsConfig | None] = (None, -1, None)  # columns not made yet
+_MADE_FOR = attrgetter("made_for")
+_STATIC = attrgetter("static")
+_SOURCE, _GPUS, _CONFIG = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
 class Queued:
     """One candidate's per-cycle constants (module docstring)."""
 
@@ -88,7 +96,7 @@ class Queued:
         # the job row's clock-free columns (job_rows) and what they were made for: the
         # book's entry (Priorities.source), total GPUs, config
         self.static: np.ndarray | None = None
-        self.made_for: tuple[object, int, MlfsConfig] | None = None
+        self.made_for: tuple[object, int, MlfsConfig | None] = _NEVER
 
 
 class QueueBook:
@@ -180,20 +188,25 @@ def job_rows(
     if at is None:
         index = priorities.index
         at = np.array([index[r.view.id] for r in records], dtype=np.intp)
-    rows = at.tolist()
-    static: list[np.ndarray] = []
-    for r, i in zip(records, rows, strict=True):
-        source = entries[i]
-        made = r.made_for
+    sources = list(map(entries.__getitem__, at.tolist()))
+    made = list(map(_MADE_FOR, records))
+    n = len(records)
+    # the records whose kept columns were made for these same objects / values, found
+    # with C-level maps; the others (new jobs, changed inputs) are checked one by one
+    same = np.fromiter(map(is_, map(_SOURCE, made), sources), dtype=bool, count=n)
+    same &= np.fromiter(map(eq, map(_GPUS, made), repeat(total_gpus)), dtype=bool, count=n)
+    same &= np.fromiter(map(is_, map(_CONFIG, made), repeat(config)), dtype=bool, count=n)
+    for k in np.flatnonzero(~same).tolist():
+        r, source = records[k], sources[k]
+        kept = r.made_for
         if (
-            made is None
-            or made[0] is not source
-            or made[1] != total_gpus
-            or (made[2] is not config and made[2] != config)
+            kept[0] is not source
+            or kept[1] != total_gpus
+            or (kept[2] is not config and kept[2] != config)
         ):
             columns = book.columns(r.candidate, source.first, total_gpus, config)
             r.static, r.made_for = np.array(columns, dtype=np.float64), (source, total_gpus, config)
-        static.append(r.static)  # type: ignore[arg-type]
+    static = list(map(_STATIC, records))
     out = np.array(static, dtype=np.float64).reshape(len(static), len(JOB_FEATURES))
     out[:, DYNAMIC] = dynamic_columns(priorities.clock[at], now, config)
     return out.astype(np.float32)
