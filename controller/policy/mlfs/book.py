@@ -296,7 +296,10 @@ class PriorityBook:
         # loop below would find it by id and identity); the others go through that loop.
         at = self._same.match(queued)
         kept = self._queued
-        listed: list[_Entry | None] = [kept[j] if j >= 0 else None for j in at.tolist()]
+        # kept[-1] where not matched (in C): each such place is given its own entry below
+        listed: list[_Entry | None] = (
+            list(map(kept.__getitem__, at.tolist())) if kept else [None] * len(queued)
+        )
         missing = np.flatnonzero(at < 0).tolist()
         for i in missing:
             listed[i] = self._entry_for(old, queued[i], True)

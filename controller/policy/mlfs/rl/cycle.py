@@ -75,6 +75,7 @@ from controller.policy.mlfs.rl.queue import FitKey, QueueBook, Queued, job_rows,
 from controller.policy.retreat import LEFT_QUEUED, NO_HOST
 
 _VIEW_ID = attrgetter("view.id")
+_FIT, _TASKS = attrgetter("fit"), attrgetter("tasks")
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ def plan(
                 unplaced.append(index)
             else:
                 launches.append(Launch(chosen.view.id, placement, lease))
-    for index in remaining.tolist():
+    for index in remaining.tolist() if movers else ():  # only movers are moving
         if candidates[index].moving:
             suspends.append(Suspend(candidates[index].view.id, LEFT_QUEUED))
     expired = [v for v in snapshot.expired() if v.id not in movers and v.id not in stopped]
@@ -329,8 +330,9 @@ class _FitTest:
     avoid no server all at once (``HostPool.capacities``)."""
 
     def __init__(self, records: Sequence[Queued], keys: Sequence[FitKey]):
-        self.kind = np.array([r.fit for r in records], dtype=np.intp)
-        self.tasks = np.array([r.tasks for r in records], dtype=np.int64)
+        n = len(records)
+        self.kind = np.fromiter(map(_FIT, records), dtype=np.intp, count=n)
+        self.tasks = np.fromiter(map(_TASKS, records), dtype=np.int64, count=n)
         self.keys = keys
         used = np.unique(self.kind).tolist()
         self.open = [k for k in used if not keys[k][2]]

@@ -125,7 +125,10 @@ class QueueBook:
             self.step_kinds.compact()
         at = self._same.match(views)
         held = self._held
-        out: list[Queued] = [held[j] if j >= 0 else None for j in at.tolist()]  # type: ignore[misc]
+        # held[-1] where not matched (in C): each such place is given its own record below
+        out: list[Queued] = (
+            list(map(held.__getitem__, at.tolist())) if held else [None] * len(views)  # type: ignore[list-item]
+        )
         for i in np.flatnonzero(at < 0).tolist():
             v = views[i]
             out[i] = self.record(Candidate(v), queued_demand(v, pool, resources))
