@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from operator import attrgetter
 
 from controller.policy.base import ClusterSnapshot, Decision, JobView, NodeView
 from controller.policy.mlfs.book import PriorityBook
 from controller.policy.mlfs.config import MlfsConfig
+
+_ID = attrgetter("id")
 
 
 def leaving(snapshot: ClusterSnapshot, decision: Decision) -> set[str]:
@@ -102,13 +105,15 @@ def _involved(
     wanted = set(named)
     if decision.migrate:  # migrated jobs are active; a job is active or queued, not both
         wanted -= {v.id for v in snapshot.active}
-    if wanted:
-        for v in snapshot.queued:
-            if v.id in wanted:
-                queued.append(v)
-                wanted.discard(v.id)
-                if not wanted:
-                    break
+    if wanted:  # each named job's first place in the queue, found by list.index (in C)
+        ids = list(map(_ID, snapshot.queued))
+        places = []
+        for job_id in wanted:
+            try:
+                places.append(ids.index(job_id))
+            except ValueError:
+                continue  # not queued
+        queued = [snapshot.queued[i] for i in sorted(places)]
     return active, queued
 
 
