@@ -56,8 +56,8 @@ def keep_off(
     """``decide(snapshot)`` with no marked job launched onto a node it left that cannot take
     it (module docstring)."""
     decision = decide(snapshot)
-    if not any(map(_RETREAT, snapshot.queued)):  # no job marked: the common case, in C
-        return decision
+    if not decision.launch or not any(map(_RETREAT, snapshot.queued)):  # the common cases:
+        return decision  # no launch to check, or no job marked (a scan in C)
     marked = {v.id: v for v in snapshot.queued if v.overload_retreat is not None}
     nodes = {n.id: n for n in snapshot.nodes}
     held: dict[str, Launch] = {}

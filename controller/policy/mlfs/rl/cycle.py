@@ -71,7 +71,14 @@ from controller.policy.mlfs.rl.features import (
     candidate_matrix,
     context_row,
 )
-from controller.policy.mlfs.rl.queue import FitKey, QueueBook, Queued, job_rows, order
+from controller.policy.mlfs.rl.queue import (
+    FitKey,
+    QueueBook,
+    Queued,
+    StaticRows,
+    job_rows,
+    order,
+)
 from controller.policy.retreat import LEFT_QUEUED, NO_HOST
 
 _VIEW_ID = attrgetter("view.id")
@@ -168,7 +175,16 @@ def plan(
     p_job = p_all[ranked]
     fits = _FitTest(records, memory.queue.fit_kinds.keys)
     memory.rows.start()
-    rows = _JobRows(records, book_rows[ranked], memory.rows, priorities, now, total_gpus, config)
+    rows = _JobRows(
+        records,
+        book_rows[ranked],
+        memory.rows,
+        memory.queue.static,
+        priorities,
+        now,
+        total_gpus,
+        config,
+    )
     kinds = StepKinds.numbered(
         np.fromiter(map(attrgetter("step"), records), dtype=np.intp, count=len(records)),
         memory.queue.step_kinds.keys,
@@ -294,6 +310,7 @@ class _JobRows:
         records: Sequence[Queued],
         book_rows: np.ndarray,
         book: RowBook,
+        kept: StaticRows,
         priorities: Priorities,
         now: float,
         total_gpus: int,
@@ -302,7 +319,7 @@ class _JobRows:
         self._records = records
         self._book_rows = book_rows
         self._make = lambda chosen, at: job_rows(
-            chosen, book, priorities, now, total_gpus, config, at
+            chosen, book, kept, priorities, now, total_gpus, config, at
         )
         self._matrix = np.zeros((len(records), len(JOB_FEATURES)), dtype=np.float32)
         self._made = np.zeros(len(records), dtype=bool)

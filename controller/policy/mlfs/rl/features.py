@@ -322,14 +322,19 @@ def dynamic_columns(clock: np.ndarray, now: float, config: MlfsConfig) -> np.nda
     deadline, remaining = clock[:, 0], clock[:, 1]
     has = np.isfinite(deadline)
     to_deadline = np.where(has, deadline - now, 0.0)
-    out = np.empty((clock.shape[0], 6), dtype=np.float64)
-    term = unit / np.where(floor > to_deadline, floor, to_deadline)  # max(to_deadline, floor)
-    out[:, 0] = np.where(has, _log1p_all(term), 0.0)
-    slack = np.array(list(map(math.tanh, ((to_deadline - remaining) / unit).tolist())))
-    out[:, 1] = np.where(has, slack.reshape(-1), 1.0)  # §3.1: no deadline is the maximum
-    out[:, 2] = _log1p_all(clock[:, 2] / unit)
-    for column in range(3, 6):
-        out[:, column] = _log1p_all(clock[:, column])
+    n = clock.shape[0]
+    out = np.empty((n, 6), dtype=np.float64)
+    logs = np.empty((n, 5), dtype=np.float64)  # what the five log1p columns read, at once
+    logs[:, 0] = unit / np.where(floor > to_deadline, floor, to_deadline)  # max(., floor)
+    logs[:, 1] = clock[:, 2] / unit
+    logs[:, 2:] = clock[:, 3:6]
+    logged = _log1p_all(logs)
+    out[:, 0] = np.where(has, logged[:, 0], 0.0)
+    out[:, 2:] = logged[:, 1:]
+    dated = np.flatnonzero(has)
+    slack = ((to_deadline[dated] - remaining[dated]) / unit).tolist()
+    out[:, 1] = 1.0  # §3.1: no deadline is the maximum
+    out[dated, 1] = list(map(math.tanh, slack))
     return out
 
 

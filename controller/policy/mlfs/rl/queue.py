@@ -70,14 +70,14 @@ StepKey = tuple[int, frozenset[str]]  # GPUs per task (at least 1), servers to a
 
 _NEVER: tuple[object, int, MlfsConfig | None] = (None, -1, None)  # columns not made yet
 _MADE_FOR = attrgetter("made_for")
-_STATIC = attrgetter("static")
+_SLOT = attrgetter("slot")
 _SOURCE, _GPUS, _CONFIG = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 class Queued:
     """One candidate's per-cycle constants (module docstring)."""
 
-    __slots__ = ("candidate", "demand", "fit", "made_for", "static", "step", "tasks", "view")
+    __slots__ = ("candidate", "demand", "fit", "made_for", "slot", "step", "tasks", "view")
 
     def __init__(
         self,
@@ -86,6 +86,7 @@ class Queued:
         fit: int,
         step: int,
         tasks: int,
+        slot: int,
     ) -> None:
         self.view = candidate.view
         self.candidate = candidate
@@ -93,10 +94,46 @@ class Queued:
         self.fit = fit  # number of its FitKey
         self.step = step  # number of its StepKey
         self.tasks = tasks  # Candidate.tasks
-        # the job row's clock-free columns (job_rows) and what they were made for: the
-        # book's entry (Priorities.source), total GPUs, config
-        self.static: np.ndarray | None = None
+        # its row of the book's StaticRows, which holds the job row's clock-free columns
+        # (job_rows), and what they were made for: the book's entry (Priorities.source),
+        # total GPUs, config
+        self.slot = slot
         self.made_for: tuple[object, int, MlfsConfig | None] = _NEVER
+
+
+class StaticRows:
+    """The records' clock-free job-row columns, one row of one matrix per record (its
+    ``slot``), so a cycle gathers them with one index instead of stacking an array per
+    record. Slots are handed out in order; when more than four times as many are out as the
+    latest records need (plus 1,024), :meth:`compact` moves those records' rows to the front
+    of a new matrix and renumbers them, so the matrix stays within a few times the queue."""
+
+    def __init__(self, width: int) -> None:
+        self.matrix = np.zeros((1024, width), dtype=np.float64)
+        self.used = 0
+
+    def slot(self) -> int:
+        """A new slot (its row's contents undefined until written)."""
+        if self.used == self.matrix.shape[0]:
+            grown = np.zeros((2 * self.used, self.matrix.shape[1]), dtype=np.float64)
+            grown[: self.used] = self.matrix
+            self.matrix = grown
+        self.used += 1
+        return self.used - 1
+
+    def compact(self, records: Sequence[Queued]) -> None:
+        """Keep only ``records``' rows (each record once), renumbered from 0."""
+        moved: dict[int, int] = {}  # old slot -> new
+        for r in records:
+            new = moved.get(r.slot)
+            if new is None:
+                new = moved[r.slot] = len(moved)
+            r.slot = new
+        matrix = np.zeros((max(1024, 2 * len(moved)), self.matrix.shape[1]), dtype=np.float64)
+        if moved:
+            old = np.fromiter(moved.keys(), dtype=np.intp, count=len(moved))
+            matrix[: len(moved)] = self.matrix[old]
+        self.matrix, self.used = matrix, len(moved)
 
 
 class QueueBook:
@@ -109,6 +146,7 @@ class QueueBook:
         self._same = SameViews()
         self._held: list[Queued] = []
         self._pool_key: object = None
+        self.static = StaticRows(len(JOB_FEATURES))  # the records' clock-free columns
 
     def records(
         self, views: Sequence[JobView], pool: HostPool, resources: tuple[str, ...]
@@ -133,6 +171,8 @@ class QueueBook:
             v = views[i]
             out[i] = self.record(Candidate(v), queued_demand(v, pool, resources))
         self._held = out
+        if self.static.used > 4 * len(out) + 1024:
+            self.static.compact(out)
         return out
 
     def record(self, candidate: Candidate, demand: tuple[float, ...]) -> Queued:
@@ -140,7 +180,7 @@ class QueueBook:
         per_task = candidate.view.spec.gpus_per_process
         fit = self.fit_kinds.number((demand, per_task, candidate.sources))
         step = self.step_kinds.number((max(1, per_task), candidate.sources))
-        return Queued(candidate, demand, fit, step, candidate.tasks)
+        return Queued(candidate, demand, fit, step, candidate.tasks, self.static.slot())
 
 
 def order(p: np.ndarray, ids: Sequence[str]) -> np.ndarray:
@@ -177,6 +217,7 @@ def _sorted_order(p: np.ndarray, ids: Sequence[str]) -> np.ndarray:
 def job_rows(
     records: Sequence[Queued],
     book: RowBook,
+    kept: StaticRows,
     priorities: Priorities,
     now: float,
     total_gpus: int,
@@ -184,9 +225,9 @@ def job_rows(
     at: np.ndarray | None = None,
 ) -> np.ndarray:
     """``RowBook.rows`` of the records' candidates (float32, one row each), the clock-free
-    columns kept on each record while its view (the record's own), its book entry and the
-    cluster's GPUs and config are the same objects / values; else from ``book``. ``at``: each
-    record's row in ``priorities`` (``Priorities.index``) where known."""
+    columns kept in ``kept`` (the records' book's) while the record's view (its own), its book
+    entry and the cluster's GPUs and config are the same objects / values; else from
+    ``book``. ``at``: each record's row in ``priorities`` (``Priorities.index``) where known."""
     entries = priorities.entries
     if at is None:
         index = priorities.index
@@ -201,15 +242,14 @@ def job_rows(
     same &= np.fromiter(map(is_, map(_CONFIG, made), repeat(config)), dtype=bool, count=n)
     for k in np.flatnonzero(~same).tolist():
         r, source = records[k], sources[k]
-        kept = r.made_for
+        held = r.made_for
         if (
-            kept[0] is not source
-            or kept[1] != total_gpus
-            or (kept[2] is not config and kept[2] != config)
+            held[0] is not source
+            or held[1] != total_gpus
+            or (held[2] is not config and held[2] != config)
         ):
-            columns = book.columns(r.candidate, source.first, total_gpus, config)
-            r.static, r.made_for = np.array(columns, dtype=np.float64), (source, total_gpus, config)
-    static = list(map(_STATIC, records))
-    out = np.array(static, dtype=np.float64).reshape(len(static), len(JOB_FEATURES))
+            kept.matrix[r.slot] = book.columns(r.candidate, source.first, total_gpus, config)
+            r.made_for = (source, total_gpus, config)
+    out = kept.matrix[np.fromiter(map(_SLOT, records), dtype=np.intp, count=n)]
     out[:, DYNAMIC] = dynamic_columns(priorities.clock[at], now, config)
     return out.astype(np.float32)

@@ -9,7 +9,7 @@ from controller.policy.base import JobView, NodeView
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.euclid import DEFAULT_RESOURCES
 from controller.policy.mlfs.hosts import HostPool
-from controller.policy.mlfs.rl.queue import QueueBook
+from controller.policy.mlfs.rl.queue import QueueBook, StaticRows
 from mlsched.model import IterationStop, JobSpec, JobState
 
 CONFIG = MlfsConfig()
@@ -58,3 +58,23 @@ def test_records_kept_for_the_same_views_only() -> None:
     fourth = book.records([b, a], pool(8), DEFAULT_RESOURCES)
     assert fourth[0] is not third[0] and fourth[1] is not third[1]
     assert [r.view for r in fourth] == [b, a]
+
+
+def test_static_rows_grow_and_compact_keeping_the_held_records_rows() -> None:
+    rows = StaticRows(3)
+    book = QueueBook()
+    book.static = rows
+    views = [view(f"j{i}") for i in range(3)]
+    held = book.records(views, pool(), DEFAULT_RESOURCES)
+    assert [r.slot for r in held] == [0, 1, 2]
+    for r in held:
+        rows.matrix[r.slot] = [r.slot, 10.0 * r.slot, -1.0]
+    for _ in range(2000):  # slots handed out past the first matrix: it grows
+        rows.slot()
+    assert rows.used == 2003 and rows.matrix.shape[0] >= 2003
+    # 2,003 slots out for 2 records (> 4 x 2 + 1,024): the next records() compacts
+    kept = book.records([views[2], views[0]], pool(), DEFAULT_RESOURCES)
+    assert [r.slot for r in kept] == [0, 1] and rows.used == 2
+    assert rows.matrix[0].tolist() == [2.0, 20.0, -1.0]
+    assert rows.matrix[1].tolist() == [0.0, 0.0, -1.0]
+    assert book.records([views[1]], pool(), DEFAULT_RESOURCES)[0].slot == 2  # a new one
