@@ -166,18 +166,7 @@ def plan(
         )
         for m in movers.values()
     ]
-    if not movers and not preempting:
-        # Only a candidate that fits now can be offered at any step: placing a job only
-        # takes GPUs and adds load, so what fits can only shrink within the cycle. With no
-        # mover to send back and no preemption to weigh, the others take no part, so they
-        # are left out before the sort (the same steps, in the same order).
-        fits = _FitTest(records, memory.queue.fit_kinds.keys)
-        every = np.arange(len(records))
-        now_fit = every[fits.mask(pool, every)] if every.size and pool.room(1) > 0 else every
-        p_all, book_rows = _queued_priorities(records, now_fit, priorities)
-        records = list(map(records.__getitem__, now_fit.tolist()))
-    else:
-        p_all, book_rows = _job_priorities(records, queued_count, priorities)
+    p_all, book_rows = _job_priorities(records, queued_count, priorities)
     ranked = order(p_all, list(map(_VIEW_ID, records)))
     records = list(map(records.__getitem__, ranked.tolist()))
     candidates = list(map(attrgetter("candidate"), records))
@@ -283,30 +272,6 @@ class Memory:
         self.rows = RowBook()
         self.queue = QueueBook()
         self.nodes = NodeMemo()
-
-
-def _queued_priorities(
-    records: Sequence[Queued], at: np.ndarray, priorities: Priorities
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_job_priorities` of the queued records at positions ``at`` only (every record
-    a queued job's): from the book's array where its row at each position is that record's
-    job (the book's rows are the queued jobs in order, no job id twice), else by look-up."""
-    entries, view = priorities.entries, attrgetter("view")
-    positions = at.tolist()
-    if len(entries) >= len(records) and all(
-        map(
-            is_,
-            map(view, map(entries.__getitem__, positions)),
-            map(view, map(records.__getitem__, positions)),
-        )
-    ):
-        return priorities.clock[at, 3], at
-    job, index = priorities.job, priorities.index
-    ids = [records[i].view.id for i in positions]
-    return (
-        np.array([job[i] for i in ids], dtype=np.float64),
-        np.array([index[i] for i in ids], dtype=np.intp),
-    )
 
 
 def _job_priorities(
