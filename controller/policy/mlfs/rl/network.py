@@ -102,10 +102,13 @@ class FrozenPointer:
         self._score = weights(net.score)
         self._hold = (weights(hold1), weights(hold2))
         self._bounds = _Bounds(self._enc, self._score, self._hold, len(CONTEXT_FEATURES))
-        # the per-row layers in float32 as well (the trained weights are float32, so these
-        # are the same numbers), with the bound for a float32 pass against float64 loops
+        # the per-row layers in float32 as well, with the bound for a float32 pass against
+        # float64 loops; only where float32 holds the weights exactly (a trained model's are
+        # float32), since the bound covers rounding in the sums, not in the weights
         self._enc32 = tuple((w.astype(np.float32), b.astype(np.float32)) for w, b in self._enc)
         self._score32 = tuple(a.astype(np.float32) for a in self._score)
+        per_row = [a for pair in (*self._enc, self._score) for a in pair]
+        self._float32 = all(np.array_equal(a.astype(np.float32), a) for a in per_row)
         self._bounds32 = _Bounds(
             self._enc, self._score, self._hold, len(CONTEXT_FEATURES), fast=_U32
         )
@@ -127,7 +130,8 @@ class FrozenPointer:
         """``argmax`` of :meth:`logits` (ties: the first), found with BLAS products whose
         rounding differs from :meth:`logits`' loops; the answer is :meth:`logits`' own.
 
-        1. The per-row layers in float32 (two to three times faster here than float64):
+        1. For float32 candidates (as the cycle makes them), the per-row layers in float32
+           (two to three times faster here than float64):
            a row or the hold option whose logit, even raised by the float32 pass's rounding
            bound (:class:`_Bounds`), stays below the best row's lowered by it, cannot be the
            answer. When the hold option is out, the few rows left are scored in float64, and
@@ -136,8 +140,9 @@ class FrozenPointer:
         3. Else :meth:`logits` decides."""
         ctx = context.astype(np.float64)
         with self._blas.limit(limits=1, user_api="blas"):  # small products: one thread
-            fast = self.blas_logits(candidates, ctx, fast=True)
-            if np.isfinite(fast).all():
+            exact = self._float32 and candidates.dtype == np.float32  # no input rounded
+            fast = self.blas_logits(candidates, ctx, fast=True) if exact else None
+            if fast is not None and np.isfinite(fast).all():
                 slack = self._bounds32.slack(candidates, ctx)
                 rows = fast[:-1]
                 floor = rows.max() - slack[0]  # the rows' slack is one value

@@ -185,3 +185,22 @@ def test_shipped_model_loads() -> None:
     assert meta["history"], "the training curve is recorded in the model"
     logits, _ = net(torch.zeros(2, F), torch.zeros(C))
     assert torch.isfinite(logits).all()
+
+
+def test_frozen_argmax_float32_pass_only_where_nothing_is_rounded() -> None:
+    """The float32 pass is skipped for weights float32 cannot hold (a float64 network) and for
+    float64 inputs; the answer is still the loops' own."""
+    torch.manual_seed(3)
+    wide = PointerNet(hidden=16).double()
+    with torch.no_grad():
+        for param in wide.parameters():
+            param.add_(1e-12)  # not a float32 number any more
+    frozen = FrozenPointer(wide)
+    assert not frozen._float32
+    rng = np.random.default_rng(4)
+    x = rng.random((40, F))  # float64, most values not float32 numbers
+    c = rng.random(C)
+    assert frozen.argmax(x, c) == int(np.argmax(frozen.logits(x, c)))
+    shipped = FrozenPointer(load_model()[0])
+    assert shipped._float32
+    assert shipped.argmax(x, c) == int(np.argmax(shipped.logits(x, c)))
