@@ -9,10 +9,11 @@ servers to avoid) and its task count. A :class:`QueueBook` keeps these per job i
 simulator keeps a queued job's view), for the latest cycle's jobs only, and forgets them all
 when what ``queued_demand`` reads of the pool (the servers' sizes, ``h_r``, the resource
 types) changes. Kinds are numbered once (:class:`Kinds`), so a cycle finds its kinds with
-NumPy rather than by hashing a key per job.
+NumPy rather than by hashing a key per job. The records' job-row columns that do not read the
+clock live in one matrix, a row per record (:class:`StaticRows`).
 
 :func:`order` sorts the candidates as MLF-H does (priority ``P`` descending, then job id)
-with one NumPy sort: equal ``P`` runs are put in id order in Python.
+with one NumPy sort, and one ``lexsort`` for the runs of equal ``P``.
 """
 
 from __future__ import annotations
