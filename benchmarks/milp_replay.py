@@ -27,19 +27,15 @@ import math
 import os
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-
 from controller.policy import make_policy
 from controller.policy.unisched import milp_scipy
 from controller.policy.unisched.isolated import IsolatedSolver
-from controller.policy.unisched.milp_scipy import Matrices, MatrixAnswer
+from controller.policy.unisched.milp_scipy import Matrices, MatrixAnswer, run_highs
 from mlsched.gctune import tune_for_cycles
 from simulator.cli import add_simulate_command, prepare_run
 from simulator.engine import Simulation
@@ -172,16 +168,7 @@ def solve(m: Matrices, options: dict[str, object]) -> tuple[float, float | None,
     """Seconds, objective (None: no solution) and status of HiGHS on ``m``, timed as
     ``solve_matrices`` times its own solve."""
     started = time.perf_counter()
-    constraints = LinearConstraint(m.a, m.lo, m.hi) if m.lo.size else None
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
-        result = milp(
-            -m.c,
-            integrality=m.integrality,
-            bounds=Bounds(np.zeros_like(m.ub), m.ub),
-            constraints=constraints,
-            options=options,
-        )
+    result = run_highs(m, options)
     seconds = time.perf_counter() - started
     objective = None if result.x is None else float(m.c @ result.x)
     return seconds, objective, int(result.status)

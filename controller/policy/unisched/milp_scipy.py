@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
 from scipy.sparse import csc_array, csr_array
 
 from controller.policy.unisched.milp import MilpProblem, MilpSolution, feasible_deadlines
@@ -197,17 +197,23 @@ def solve_matrices(m: Matrices, time_limit_s: float = 1.0) -> MatrixAnswer:
     options["presolve"] = m.c.size <= _PRESOLVE_MAX_COLUMNS
     if m.first_feasible:
         options["mip_max_improving_sols"] = 1  # HiGHS's own option, passed on verbatim
+    result = run_highs(m, options)
+    return MatrixAnswer(result.x, result.status == 0, time.perf_counter() - started)
+
+
+def run_highs(m: Matrices, options: dict[str, object]) -> OptimizeResult:
+    """``scipy.optimize.milp`` (HiGHS) on the matrices, maximising, with ``options``
+    as given (HiGHS's own names pass through; scipy's warning about them is silenced)."""
     constraints = LinearConstraint(m.a, m.lo, m.hi) if m.lo.size else None
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
-        result = milp(
+        return milp(
             -m.c,
             integrality=m.integrality,
             bounds=Bounds(np.zeros_like(m.ub), m.ub),
             constraints=constraints,
             options=options,
         )
-    return MatrixAnswer(result.x, result.status == 0, time.perf_counter() - started)
 
 
 def decode(
