@@ -33,9 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from controller.policy import make_policy
-from controller.policy.unisched import milp_scipy
 from controller.policy.unisched.isolated import IsolatedSolver
-from controller.policy.unisched.milp_scipy import Matrices, MatrixAnswer, run_highs
+from controller.policy.unisched.milp_scipy import (
+    Matrices,
+    MatrixAnswer,
+    highs_options,
+    run_highs,
+)
 from mlsched.gctune import tune_for_cycles
 from simulator.cli import add_simulate_command, prepare_run
 from simulator.engine import Simulation
@@ -56,18 +60,9 @@ class Captured:
     answer: MatrixAnswer | None  # None: the worker died or hung
 
 
-def code_options(m: Matrices, time_limit_s: float) -> dict[str, object]:
-    """The options ``milp_scipy.solve_matrices`` gives HiGHS for ``m``."""
-    options: dict[str, object] = {"time_limit": time_limit_s, **milp_scipy._OPTIONS}
-    options["presolve"] = m.c.size <= milp_scipy._PRESOLVE_MAX_COLUMNS
-    if m.first_feasible:
-        options["mip_max_improving_sols"] = 1
-    return options
-
-
 def _with(**changes: object) -> Callable[[Matrices, float], dict[str, object]]:
     """The code's options with ``changes``."""
-    return lambda m, limit: {**code_options(m, limit), **changes}
+    return lambda m, limit: {**highs_options(m, limit), **changes}
 
 
 def _scipy_defaults(m: Matrices, time_limit_s: float) -> dict[str, object]:
@@ -81,7 +76,7 @@ def _scipy_defaults(m: Matrices, time_limit_s: float) -> dict[str, object]:
 # name -> the options for one model and its time limit; the names after "code" are HiGHS
 # settings the docs (docs/unisched.md, "Solver speed") weighed against the code's
 OPTION_SETS: dict[str, Callable[[Matrices, float], dict[str, object]]] = {
-    "code": code_options,
+    "code": highs_options,
     "presolve-off": _with(presolve=False),
     "presolve-on": _with(presolve=True),
     "abs-gap-1e-4": _with(mip_abs_gap=1e-4),

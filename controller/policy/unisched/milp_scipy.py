@@ -193,12 +193,17 @@ def solve_scipy(problem: MilpProblem, time_limit_s: float = 1.0) -> MilpSolution
 def solve_matrices(m: Matrices, time_limit_s: float = 1.0) -> MatrixAnswer:
     """HiGHS on the matrices, within ``time_limit_s``."""
     started = time.perf_counter()
+    result = run_highs(m, highs_options(m, time_limit_s))
+    return MatrixAnswer(result.x, result.status == 0, time.perf_counter() - started)
+
+
+def highs_options(m: Matrices, time_limit_s: float) -> dict[str, object]:
+    """The options :func:`solve_matrices` gives HiGHS for ``m``."""
     options: dict[str, object] = {"time_limit": time_limit_s, **_OPTIONS}
     options["presolve"] = m.c.size <= _PRESOLVE_MAX_COLUMNS
     if m.first_feasible:
         options["mip_max_improving_sols"] = 1  # HiGHS's own option, passed on verbatim
-    result = run_highs(m, options)
-    return MatrixAnswer(result.x, result.status == 0, time.perf_counter() - started)
+    return options
 
 
 def run_highs(m: Matrices, options: dict[str, object]) -> OptimizeResult:
