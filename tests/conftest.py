@@ -18,25 +18,32 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
 
 
-# Directories whose tests start real processes and run for tens of seconds per file: collected
-# first, so that xdist (``--dist loadfile`` hands out files in collection order) starts the long
-# files while the short unit-test files fill the end of the run instead of one long file.
-LIVE_FIRST = ("integration", "faults", "trainer_shim", "nodeagent")
+# Directories whose tests start real processes and run for tens of seconds each: collected
+# first, so that the workers (``--dist worksteal``: each takes a share of the list in order,
+# then steals from the others) start the long tests early and the short unit tests fill the
+# end of the run.
+LIVE_FIRST = ("integration", "faults", "trainer_shim", "packaging", "nodeagent")
 
 
-# The longest files of all (minutes each on a 2-core machine: SLAQ's live test waits out a 60-s
-# lease and a resize), ahead of everything: started last, one of them alone set the suite's end
-# (the SLAQ file started 7 minutes into a CI run and ran past the others by 4).
-LONGEST_FIRST = ("test_elastic_live.py", "test_ps_live.py", "test_ones_live.py")
+# The longest files of all (a minute or more per test on a 2-core machine: SLAQ's live test
+# waits out a 60-s lease and a resize; the demo runs its whole story), ahead of everything:
+# started last, one of them alone set the suite's end.
+LONGEST_FIRST = (
+    "test_elastic_live.py",
+    "test_demo.py",
+    "test_shim_floor.py",
+    "test_ps_live.py",
+    "test_ones_live.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The LONGEST_FIRST files, then the live-test directories (LIVE_FIRST order), then the
-    rest; each group keeps its collection order."""
+    """The LONGEST_FIRST files (in that order), then the live-test directories (LIVE_FIRST
+    order), then the rest; each group keeps its collection order."""
 
     def rank(item: pytest.Item) -> int:
         if item.path.name in LONGEST_FIRST:
-            return -1
+            return LONGEST_FIRST.index(item.path.name) - len(LONGEST_FIRST)
         parts = item.path.parts
         for index, name in enumerate(LIVE_FIRST):
             if name in parts:
