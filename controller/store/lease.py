@@ -145,9 +145,9 @@ class LeaseTable:
 def open_lease_table(url: str, state_dir: Path) -> LeaseTable:
     """The lease in the store's database (``controller.store.open_store``'s arguments)."""
     if url.startswith(("postgresql://", "postgres://")):
-        import psycopg
+        from controller.store.postgres import connect  # a renewal frozen mid-claim: same rule
 
-        return LeaseTable(psycopg.connect(url, autocommit=True), postgres=True)
+        return LeaseTable(connect(url), postgres=True)
     if url:
         raise ValueError(f"unknown store {url!r}")
     conn = sqlite3.connect(

@@ -3,6 +3,13 @@
 Needs the ``postgres`` extra (psycopg 3). A durable commit waits for the WAL flush
 (``synchronous_commit`` on, the server's default); a lazy one sets it off for its transaction
 and reaches the disk with the next durable commit (PostgreSQL flushes the WAL in order).
+
+A controller frozen inside a transaction (SIGSTOP, a paused VM, a long stall) would keep its
+row locks, among them the ``FOR SHARE`` on the leader lease row that every leader transaction
+takes, for as long as its connection lives, and a standby's takeover would wait on it forever.
+So every connection asks the server to end a session left idle inside a transaction for
+``FROZEN_TRANSACTION_S`` (``idle_in_transaction_session_timeout``): the locks go, the standby
+takes over, and the frozen controller finds its connection gone when it wakes and steps down.
 """
 
 from __future__ import annotations
@@ -17,6 +24,23 @@ try:
     from psycopg.pq import TransactionStatus
 except ImportError:  # pragma: no cover - the extra is not installed
     psycopg = None  # type: ignore[assignment]
+
+# How long the server lets a session sit idle inside a transaction (module docstring). Our
+# transactions run a few statements back to back; a controller idle in one this long has
+# stalled, and with the default 15-s leader lease a standby is waiting for it.
+FROZEN_TRANSACTION_S = 10.0
+
+
+def connect(conninfo: str, frozen_transaction_s: float = FROZEN_TRANSACTION_S) -> Any:
+    """An autocommit connection whose idle-in-transaction sessions the server ends after
+    ``frozen_transaction_s`` (module docstring)."""
+    if psycopg is None:
+        raise RuntimeError("the PostgreSQL store needs psycopg 3: pip install 'mlsched[postgres]'")
+    timeout_ms = max(1, round(frozen_transaction_s * 1000))
+    return psycopg.connect(
+        conninfo, autocommit=True, options=f"-c idle_in_transaction_session_timeout={timeout_ms}"
+    )
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -58,14 +82,10 @@ class PostgresStore(SqlStore):
 
     postgres = True
 
-    def __init__(self, conninfo: str) -> None:
-        if psycopg is None:
-            raise RuntimeError(
-                "the PostgreSQL store needs psycopg 3: pip install 'mlsched[postgres]'"
-            )
+    def __init__(self, conninfo: str, frozen_transaction_s: float = FROZEN_TRANSACTION_S) -> None:
+        self._conn = connect(conninfo, frozen_transaction_s)
         super().__init__()
         self.write_errors = (psycopg.Error,)
-        self._conn = psycopg.connect(conninfo, autocommit=True)
         with self._lock, self.transaction():
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 self._conn.execute(statement)

@@ -263,8 +263,8 @@ def test_a_leader_whose_store_connection_ended_gives_the_lease_up(postgres_serve
 
     with pg_server.database(postgres_server) as conninfo:
         clock = ManualClock(T0)
-        a = candidate(LeaseTable(psycopg.connect(conninfo, autocommit=True), True), "a", clock)
-        b = candidate(LeaseTable(psycopg.connect(conninfo, autocommit=True), True), "b", clock)
+        tables = [LeaseTable(psycopg.connect(conninfo, autocommit=True), True) for _ in "ab"]
+        a, b = candidate(tables[0], "a", clock), candidate(tables[1], "b", clock)
         store = PostgresStore(conninfo)
         store.fence = a
         admin = psycopg.connect(conninfo, autocommit=True)
@@ -301,3 +301,55 @@ def test_a_lease_connection_the_database_ended_is_seen_as_lost(postgres_server):
                 b.try_acquire()
             assert b.connection_lost()
         table.close()
+
+
+def test_a_leader_frozen_inside_a_transaction_does_not_block_the_takeover(request):
+    """A leader stopped mid-transaction (SIGSTOP, a paused VM) holds the lease row ``FOR
+    SHARE`` while its connection lives; the server ends its session after the frozen-
+    transaction limit (``postgres.FROZEN_TRANSACTION_S``, 0.5 s here), the standby takes
+    over, and the leader finds its connection gone when it wakes."""
+    import psycopg
+
+    from controller.store.postgres import PostgresStore
+
+    reason = pg_server.missing()
+    if reason is not None:
+        pytest.skip(reason)
+    admin = request.getfixturevalue("postgres_server")
+    with pg_server.database(admin) as conninfo:
+        clock = ManualClock(T0)
+        tables = [LeaseTable(psycopg.connect(conninfo, autocommit=True), True) for _ in "ab"]
+        a, b = candidate(tables[0], "a", clock), candidate(tables[1], "b", clock)
+        store_a = PostgresStore(conninfo, frozen_transaction_s=0.5)
+        store_a.fence = a
+        assert a.try_acquire()
+        inside, wake = threading.Event(), threading.Event()
+        outcome: list[BaseException | None] = []
+
+        def frozen_leader() -> None:
+            try:
+                with store_a.transaction():  # reads the lease row FOR SHARE, then stalls
+                    inside.set()
+                    wake.wait(60)
+                    store_a.append_event(clock.now(), "kind", "after the stall")
+                outcome.append(None)
+            except BaseException as exc:  # what the leader meets on waking
+                outcome.append(exc)
+
+        leader = threading.Thread(target=frozen_leader, daemon=True)
+        leader.start()
+        assert inside.wait(30)
+        clock.advance(LEASE_S)
+        claimed: list[bool] = []
+        standby = threading.Thread(target=lambda: claimed.append(b.try_acquire()), daemon=True)
+        standby.start()
+        standby.join(30)  # without the limit it waits on a's row lock for as long as a sleeps
+        assert claimed == [True] and b.epoch == 2
+        wake.set()
+        leader.join(30)
+        assert len(outcome) == 1 and isinstance(outcome[0], StoreWriteError), outcome
+        assert store_a.connection_lost()
+        assert b.current is not None and b.current.holder == "b"
+        for table in tables:
+            table.close()
+        store_a.close()
