@@ -78,6 +78,13 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
     )
     add_mlfs_param_option(p)
     p.add_argument(
+        "--mlfs-model",
+        type=Path,
+        metavar="PATH",
+        help="the network mlf-rl and mlfs load (`mlsched mlfs-train --out`) instead of the "
+        "shipped one (docs/mlfs.md, *A model per setting*)",
+    )
+    p.add_argument(
         "--lease-seconds",
         type=float,
         default=300.0,
@@ -214,6 +221,7 @@ def run_controller(args: argparse.Namespace) -> int:
         tls_names=tuple(args.tls_name),
         policy=args.policy,
         mlfs=mlfs,
+        mlfs_model=args.mlfs_model,
         http_listen=args.http_listen,
         heartbeat_interval_s=args.heartbeat_interval,
         settings=ControllerSettings(

@@ -6,12 +6,13 @@ import argparse
 import importlib.util
 import random
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from controller.policy import available_policies, make_policy
 from controller.policy.mlfs.config import MlfsConfig, add_mlfs_param_option, parse_mlfs_params
+from controller.policy.names import RL_POLICIES
 from mlsched.gctune import tune_for_cycles
 from mlsched.jsonflag import add_json_options
 from mlsched.progress import Progress
@@ -28,6 +29,7 @@ from simulator.report import (
     underload_warning,
     write_json,
 )
+from simulator.rlsetting import setting_differences
 from simulator.trace import ColumnMapping, TraceError, load_csv, load_philly
 from simulator.types import SimResult, TraceJob
 from simulator.workload import (
@@ -74,6 +76,13 @@ def add_simulate_command(subparsers: argparse._SubParsersAction) -> None:
         "Off by default (the UniSched/Chronus comparisons assume none)",
     )
     add_mlfs_param_option(p)
+    p.add_argument(
+        "--mlfs-model",
+        type=Path,
+        metavar="PATH",
+        help="the network mlf-rl and mlfs load (`mlsched mlfs-train --out`) instead of the "
+        "shipped one, which was trained on 10x8 GPUs with MLFS features (docs/mlfs.md)",
+    )
     add_json_options(p, "the metrics")
     p.add_argument("--plot", type=Path, help="write a PNG (JCT CDF, utilisation) here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -324,6 +333,7 @@ class PreparedRun:
     shape: ClusterShape
     config: SimConfig
     mlfs: MlfsConfig | None = None  # MLF-H / MLF-RL / MLFS parameters; None: the paper's
+    mlfs_model: Path | None = None  # MLF-RL's network file; None: the shipped one
 
 
 def prepare_run(args: argparse.Namespace) -> PreparedRun:
@@ -340,7 +350,44 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
         interference=interference_model(getattr(args, "interference", None)),
     )
     params = getattr(args, "mlfs_param", None)
-    return PreparedRun(jobs, model, shape, config, parse_mlfs_params(params) if params else None)
+    mlfs_model = getattr(args, "mlfs_model", None)
+    if mlfs_model is not None and not Path(mlfs_model).is_file():
+        raise ValueError(f"--mlfs-model: no such file: {mlfs_model}")
+    return PreparedRun(
+        jobs,
+        model,
+        shape,
+        config,
+        parse_mlfs_params(params) if params else None,
+        mlfs_model,
+    )
+
+
+def mlfs_model_warning(
+    run: PreparedRun, policies: Sequence[str], mlfs_features: bool
+) -> str | None:
+    """A warning when ``policies`` run an MLF-RL network (mlf-rl, mlfs) trained for another
+    setting than this run's (``simulator.rlsetting``); None otherwise. Raises ModelError for
+    a model file that cannot be loaded."""
+    running = [p for p in policies if p in RL_POLICIES]
+    if not running:
+        return None
+    from controller.policy.mlfs.rl.network import load_model  # imports torch
+
+    _, meta = load_model(run.mlfs_model)
+    try:
+        trained_shape = parse_cluster(str(meta["cluster"])) if "cluster" in meta else None
+    except ValueError:
+        trained_shape = None
+    differences = setting_differences(meta, run.shape, trained_shape, mlfs_features, run.mlfs)
+    if not differences:
+        return None
+    which = "the shipped model" if run.mlfs_model is None else f"model {run.mlfs_model}"
+    return (
+        f"{' and '.join(running)} run {which}, {'; '.join(differences)}: it may order jobs "
+        "worse than MLF-H here; `mlsched mlfs-train` makes one for this setting and "
+        "--mlfs-model runs it (docs/mlfs.md, *A model per setting*)"
+    )
 
 
 def interference_model(option: str | None) -> Interference | None:
@@ -356,7 +403,12 @@ def run_policy(
 ) -> SimResult:
     """Simulate ``policy`` over the prepared run."""
     return Simulation(
-        run.jobs, make_policy(policy, run.mlfs), run.shape, run.model, run.config, progress
+        run.jobs,
+        make_policy(policy, run.mlfs, run.mlfs_model),
+        run.shape,
+        run.model,
+        run.config,
+        progress,
     ).run()
 
 
@@ -375,10 +427,13 @@ def run_simulate(args: argparse.Namespace) -> int:
         if args.ablations:
             policies += [name for name in UNISCHED_ABLATIONS if name not in policies]
         run = prepare_run(args)
-    except (TraceError, UnknownModel, ValueError, OSError) as exc:
+        model_warning = mlfs_model_warning(run, policies, args.mlfs_features)
+    except (TraceError, UnknownModel, ValueError, OSError) as exc:  # ModelError: a ValueError
         print(f"mlsched simulate: {exc}", file=sys.stderr)
         return 2
     model, jobs, shape = run.model, run.jobs, run.shape
+    if model_warning is not None:
+        print(f"mlsched simulate: {model_warning}", file=sys.stderr)
     warn_missing_table(args, model, "mlsched simulate")
     tune_for_cycles()  # the trace is loaded: what the collector walks from now on is the run's
     if args.plot and importlib.util.find_spec("matplotlib") is None:

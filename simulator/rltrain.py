@@ -65,7 +65,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from controller.policy.base import ClusterSnapshot, Decision, JobView
-from controller.policy.mlfs.config import MlfsConfig
+from controller.policy.mlfs.config import (
+    MlfsConfig,
+    add_mlfs_param_option,
+    changed_params,
+    parse_mlfs_params,
+)
 from controller.policy.mlfs.jobs import task_graph
 from controller.policy.mlfs.policy import MlfhPolicy
 from controller.policy.mlfs.rl.cycle import MlfhChooser, Step, plan
@@ -476,9 +481,11 @@ def _run_episode(
     model: JobModel,
     sim: SimConfig,
     config: TrainConfig,
+    mlfs: MlfsConfig | None = None,
 ) -> _Run:
-    """One sampled episode, its rewards and each step's discounted return."""
-    episode = _Episode(jobs, sampler, MlfsConfig())
+    """One sampled episode, its rewards and each step's discounted return; ``mlfs``: the
+    MLFS parameters the cycle runs with (None: the paper's)."""
+    episode = _Episode(jobs, sampler, mlfs or MlfsConfig())
     result = Simulation(jobs, episode, shape, model, sim).run()
     returns = _step_returns(result, episode, sampler.steps, config)
     return _Run(result, sampler.steps, returns, episode_reward(result, config.betas))
@@ -509,8 +516,10 @@ def validate(
     model: JobModel,
     sim: SimConfig | None = None,
     betas: Sequence[float] = BETAS,
+    mlfs: MlfsConfig | None = None,
 ) -> Validation:
-    """The deterministic ``mlf-rl`` policy over ``jobs``: its Eq. 7 total and its choices."""
+    """The deterministic ``mlf-rl`` policy over ``jobs`` (with the MLFS parameters ``mlfs``;
+    None: the paper's): its Eq. 7 total and its choices."""
     from controller.policy.mlfs.rl.policy import MlfRlPolicy
 
     counts = [0, 0, 0]
@@ -523,7 +532,8 @@ def validate(
             counts[2] += answer != step.hold and answer != MlfhChooser().choose(step)
             return answer
 
-    result = Simulation(jobs, Counting(network=network), shape, model, sim or SimConfig()).run()
+    policy = Counting(network=network, config=mlfs or MlfsConfig())
+    result = Simulation(jobs, policy, shape, model, sim or SimConfig()).run()
     return Validation(episode_reward(result, betas), *counts)
 
 
@@ -674,8 +684,11 @@ def train(
     config: TrainConfig | None = None,
     sim: SimConfig | None = None,
     log: Callable[[str], None] = print,
+    mlfs: MlfsConfig | None = None,
 ) -> TrainResult:
-    """Imitation of MLF-H, then REINFORCE until the validation reward converges."""
+    """Imitation of MLF-H, then REINFORCE until the validation reward converges; ``mlfs``:
+    the MLFS parameters of the teacher, the episodes and the validation (None: the paper's),
+    so a model is trained for the parameters it will run with."""
     import torch
 
     from controller.policy.mlfs.rl.network import FrozenPointer, PointerNet
@@ -685,7 +698,7 @@ def train(
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     sampling = np.random.default_rng(config.seed)
-    mlfs = MlfsConfig()
+    mlfs = mlfs or MlfsConfig()
     episodes, held_out = split(jobs, config)
     started = time.perf_counter()
     log(
@@ -693,7 +706,7 @@ def train(
         f"jobs, cluster {shape.nodes}x{shape.gpus_per_node}"
     )
     reference = episode_reward(
-        Simulation(held_out, MlfhPolicy(), shape, model, sim).run(), config.betas
+        Simulation(held_out, MlfhPolicy(config=mlfs), shape, model, sim).run(), config.betas
     )
     log(f"MLF-H validation reward {reference:.4f}")
 
@@ -703,7 +716,7 @@ def train(
     cycles = agreed = 0
     for jobs_i in episodes[: config.imitation_episodes]:
         teacher = _Teacher()
-        episode = _Episode(jobs_i, teacher, mlfs, MlfhPolicy())
+        episode = _Episode(jobs_i, teacher, mlfs, MlfhPolicy(config=mlfs))
         result = Simulation(jobs_i, episode, shape, model, sim).run()
         demos.extend(teacher.steps)
         demo_returns.append(_standardised(_step_returns(result, episode, teacher.steps, config)))
@@ -711,7 +724,7 @@ def train(
         agreed += episode.agreed
     agreement = agreed / max(1, cycles)
     loss, accuracy = _imitate(net, demos, np.concatenate(demo_returns), config, rng)
-    check = validate(net, held_out, shape, model, sim, config.betas)
+    check = validate(net, held_out, shape, model, sim, config.betas, mlfs)
     value = check.reward
     history = [_epoch_log(0, "imitation", None, check, len(demos), loss, None, started)]
     log(
@@ -734,14 +747,14 @@ def train(
                 rng.shuffle(order)
             jobs_i = episodes[order.pop()]
             sampler = _Sampler(FrozenPointer(net), sampling)
-            run = _run_episode(jobs_i, sampler, shape, model, sim, config)
+            run = _run_episode(jobs_i, sampler, shape, model, sim, config, mlfs)
             batch.extend(run.steps)
             returns.append(_standardised(run.returns))
             rewards.append(run.reward)
         loss, entropy = (0.0, 0.0)
         if len(batch):
             loss, entropy = _reinforce(net, optimizer, batch, np.concatenate(returns), config, rng)
-        check = validate(net, held_out, shape, model, sim, config.betas)
+        check = validate(net, held_out, shape, model, sim, config.betas, mlfs)
         value = check.reward
         history.append(
             _epoch_log(
@@ -823,6 +836,7 @@ def add_train_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--window", type=int, default=defaults.window, help="return window (cycles)")
     p.add_argument("--tolerance", type=float, default=defaults.tolerance)
     p.add_argument("--patience", type=int, default=defaults.patience)
+    add_mlfs_param_option(p)
     p.add_argument("--history", type=Path, help="also write the per-epoch log here (JSON)")
     p.add_argument("--quiet", action="store_true", help="no per-epoch log")
     p.set_defaults(func=run_train)
@@ -858,6 +872,7 @@ def run_train(args: argparse.Namespace) -> int:
             patience=args.patience,
         )
         shape = parse_cluster(args.cluster)
+        mlfs = parse_mlfs_params(args.mlfs_param)
         workload = argparse.Namespace(
             trace=args.trace,
             format="philly",
@@ -884,7 +899,7 @@ def run_train(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)  # reproducible sums, and no thread pool fighting for 2 cores
     log = (lambda _: None) if args.quiet else (lambda text: print(text, flush=True))
     log(f"speed model: {model.speed_model.describe()}")
-    result = train(jobs, model, shape, config, log=log)
+    result = train(jobs, model, shape, config, log=log, mlfs=mlfs)
     history = [asdict(h) for h in result.history]
     meta = {
         "trained_with": "mlsched mlfs-train",
@@ -894,6 +909,7 @@ def run_train(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "workload_seed": args.workload_seed,
         "mlfs_features": not args.no_mlfs_features,
+        "mlfs_params": changed_params(mlfs),
         "speed_model": model.speed_model.kind,
         "config": {k: v for k, v in asdict(config).items() if k != "betas"},
         "betas": list(config.betas),

@@ -17,16 +17,21 @@ from controller.policy.base import (
 from controller.policy.names import available_policies
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from controller.policy.mlfs.config import MlfsConfig
 
 
-def make_policy(name: str, mlfs: "MlfsConfig | None" = None) -> Policy:
+def make_policy(
+    name: str, mlfs: "MlfsConfig | None" = None, mlfs_model: "Path | None" = None
+) -> Policy:
     """A new policy of that name (``controller/policy/registry.py``; imported on first use, so
     that naming policies, as ``mlsched --help`` does, imports none of them). ``mlfs``: MLF-H's,
-    MLF-RL's and MLFS' parameters (None: the paper's)."""
+    MLF-RL's and MLFS' parameters (None: the paper's); ``mlfs_model``: the network file of
+    MLF-RL and MLFS (None: the shipped one)."""
     from controller.policy.registry import make_policy as make
 
-    return make(name, mlfs)
+    return make(name, mlfs, mlfs_model)
 
 
 __all__ = [

@@ -35,6 +35,10 @@ POLICY_NAMES = (
     "unisched-static-profiler",
 )
 
+# The policies that run an MLF-RL network (MLFS §3.4), each with whether it adds MLF-C's stops
+# (§3.5): the ones a trained model file (``mlsched mlfs-train``) applies to.
+RL_POLICIES = {"mlf-rl": False, "mlfs": True}
+
 
 def available_policies() -> list[str]:
     """Every policy name, sorted."""

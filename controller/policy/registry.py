@@ -9,6 +9,7 @@ classes below are the policies' own with that mixin: same parameters, same ``isi
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from controller.policy.base import Policy
 from controller.policy.chronus import ChronusPolicy
@@ -17,7 +18,7 @@ from controller.policy.fair import FairPolicy
 from controller.policy.fifo import FifoPolicy
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.policy import MlfhPolicy
-from controller.policy.names import DEFAULT_POLICY, available_policies
+from controller.policy.names import DEFAULT_POLICY, RL_POLICIES, available_policies
 from controller.policy.ones import OnesPolicy
 from controller.policy.optimus import OptimusPolicy
 from controller.policy.overload import AnswersOverloadRequests
@@ -142,10 +143,17 @@ def _chic() -> Policy:
     return _Chic()
 
 
-def _mlf_rl(load_control: bool, name: str, config: MlfsConfig | None = None) -> Policy:
+def _mlf_rl(
+    load_control: bool,
+    name: str,
+    config: MlfsConfig | None = None,
+    model_path: Path | None = None,
+) -> Policy:
     from controller.policy.mlfs.rl.policy import MlfRlPolicy  # imports torch: on first use
 
-    return MlfRlPolicy(config=config or MlfsConfig(), load_control=load_control, name=name)
+    return MlfRlPolicy(
+        model_path=model_path, config=config or MlfsConfig(), load_control=load_control, name=name
+    )
 
 
 # The MLFS family, which take an MlfsConfig (the paper's tunable parameters, §4.1)
@@ -156,9 +164,15 @@ _MLFS_FACTORIES: dict[str, Callable[[MlfsConfig], Policy]] = {
 }
 
 
-def make_policy(name: str, mlfs: MlfsConfig | None = None) -> Policy:
+def make_policy(
+    name: str, mlfs: MlfsConfig | None = None, mlfs_model: Path | None = None
+) -> Policy:
     """A new policy object of that name; ValueError naming the valid ones. ``mlfs``: the
-    parameters of MLF-H, MLF-RL and MLFS (others ignore it); None: the paper's defaults."""
+    parameters of MLF-H, MLF-RL and MLFS (others ignore it); None: the paper's defaults.
+    ``mlfs_model``: the network MLF-RL and MLFS load (``mlsched mlfs-train``; others ignore
+    it); None: the shipped one."""
+    if mlfs_model is not None and name in RL_POLICIES:
+        return _mlf_rl(RL_POLICIES[name], name, mlfs, mlfs_model)
     if mlfs is not None and name in _MLFS_FACTORIES:
         return _MLFS_FACTORIES[name](mlfs)
     try:

@@ -80,6 +80,17 @@ def parse_mlfs_params(pairs: Iterable[str]) -> MlfsConfig:
     return MlfsConfig(**values)
 
 
+def changed_params(config: MlfsConfig) -> dict[str, float]:
+    """The parameters of ``config`` that differ from the paper's defaults, by name (what
+    ``--mlfs-param`` would have to say to build it)."""
+    default = MlfsConfig()
+    return {
+        f.name: getattr(config, f.name)
+        for f in fields(MlfsConfig)
+        if getattr(config, f.name) != getattr(default, f.name)
+    }
+
+
 def _check(ok: bool, name: str, value: float, expected: str) -> None:
     if not ok:
         raise ValueError(f"MlfsConfig.{name} must be {expected}, got {value!r}")

@@ -1,0 +1,94 @@
+"""MLF-RL models against MLF-H on one prepared run, side by side (docs/mlfs.md, *A model per
+setting*).
+
+    python benchmarks/mlfrl_vs_mlfh.py [--model LABEL=PATH ...] -- SIMULATE-ARGS
+
+SIMULATE-ARGS are ``mlsched simulate``'s (``--trace``, ``--limit``, ``--cluster``,
+``--mlfs-features``, ``--mlfs-param`` ...). The trace is loaded once; MLF-H and ``mlf-rl``
+with each model (``shipped``: the model in the package, always run) go over the same jobs.
+Per policy it prints the average JCT, R^slo, the Eq. 7 total with its objectives g1..g5
+(``simulator.rltrain``: what training maximises) and the wall time, and each model's JCT
+and Eq. 7 against MLF-H's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from controller.policy import make_policy
+from mlsched.gctune import tune_for_cycles
+from simulator.cli import PreparedRun, add_simulate_command, prepare_run
+from simulator.engine import Simulation
+from simulator.metrics import compute_metrics
+from simulator.rltrain import episode_objectives, episode_reward
+
+
+def parse(argv: list[str]) -> tuple[dict[str, Path | None], argparse.Namespace]:
+    """The models by label (``shipped`` first) and ``mlsched simulate``'s arguments."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    ours, rest = argv[:cut], argv[cut + 1 :]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", default=[], metavar="LABEL=PATH")
+    models: dict[str, Path | None] = {"shipped": None}
+    for pair in parser.parse_args(ours).model:
+        label, sep, path = pair.partition("=")
+        if not sep or not label or label in models:
+            parser.error(f"--model {pair!r}: expected a new LABEL=PATH")
+        models[label] = Path(path)
+    simulate = argparse.ArgumentParser(prog="SIMULATE-ARGS")
+    add_simulate_command(simulate.add_subparsers())
+    return models, simulate.parse_args(["simulate", *rest])
+
+
+def measure(run: PreparedRun, name: str, model: Path | None) -> dict[str, float]:
+    """One policy over the prepared run: its figures."""
+    started = time.perf_counter()
+    result = Simulation(
+        run.jobs, make_policy(name, run.mlfs, model), run.shape, run.model, run.config
+    ).run()
+    wall = time.perf_counter() - started
+    metrics = compute_metrics(result)
+    g = episode_objectives(result)
+    return {
+        "jct_min": metrics["jct_s"]["all"]["avg"] / 60.0,
+        "r_slo": metrics["r_slo"] or 0.0,
+        "eq7": episode_reward(result),
+        **{f"g{i + 1}": value for i, value in enumerate(g)},
+        "wall_s": wall,
+    }
+
+
+def main(argv: list[str]) -> int:
+    models, args = parse(argv)
+    run = prepare_run(args)
+    tune_for_cycles()
+    params = " ".join(args.mlfs_param) or "the paper's defaults"
+    print(
+        f"{len(run.jobs)} jobs on {run.shape.nodes}x{run.shape.gpus_per_node} GPUs, "
+        f"MLFS features {'on' if args.mlfs_features else 'off'}, "
+        f"parameters: {params}"
+    )
+    rows = {"mlf-h": measure(run, "mlf-h", None)}
+    for label, path in models.items():
+        rows[f"mlf-rl ({label})"] = measure(run, "mlf-rl", path)
+    head = rows["mlf-h"]
+    print(
+        f"{'policy':<24} {'JCT avg (min)':>13} {'vs MLF-H':>8} {'R^slo':>6} {'Eq. 7':>8} "
+        f"{'vs MLF-H':>8} {'g1':>7} {'g2':>6} {'g3':>7} {'g4':>5} {'g5':>6} {'wall (s)':>8}"
+    )
+    for name, r in rows.items():
+        jct = 100.0 * (r["jct_min"] / head["jct_min"] - 1.0)
+        eq7 = r["eq7"] - head["eq7"]
+        print(
+            f"{name:<24} {r['jct_min']:>13.1f} {jct:>+7.1f}% {100 * r['r_slo']:>5.2f}% "
+            f"{r['eq7']:>8.4f} {eq7:>+8.4f} {r['g1']:>7.3f} {r['g2']:>6.3f} {r['g3']:>7.3f} "
+            f"{r['g4']:>5.2f} {r['g5']:>6.3f} {r['wall_s']:>8.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
