@@ -1,19 +1,20 @@
 """MLF-RL models against MLF-H on one prepared run, side by side (docs/mlfs.md, *A model per
 setting*).
 
-    python benchmarks/mlfrl_vs_mlfh.py [--model LABEL=PATH ...] -- SIMULATE-ARGS
+    python benchmarks/mlfrl_vs_mlfh.py [--model LABEL=PATH ...] [--json] -- SIMULATE-ARGS
 
 SIMULATE-ARGS are ``mlsched simulate``'s (``--trace``, ``--limit``, ``--cluster``,
 ``--mlfs-features``, ``--mlfs-param`` ...). The trace is loaded once; MLF-H and ``mlf-rl``
 with each model (``shipped``: the model in the package, always run) go over the same jobs.
 Per policy it prints the average JCT, R^slo, the Eq. 7 total with its objectives g1..g5
 (``simulator.rltrain``: what training maximises) and the wall time, and each model's JCT
-and Eq. 7 against MLF-H's.
+and Eq. 7 against MLF-H's (``--json``: the same figures as one JSON object).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -26,21 +27,24 @@ from simulator.metrics import compute_metrics
 from simulator.rltrain import episode_objectives, episode_reward
 
 
-def parse(argv: list[str]) -> tuple[dict[str, Path | None], argparse.Namespace]:
-    """The models by label (``shipped`` first) and ``mlsched simulate``'s arguments."""
+def parse(argv: list[str]) -> tuple[dict[str, Path | None], bool, argparse.Namespace]:
+    """The models by label (``shipped`` first), ``--json`` and ``mlsched simulate``'s
+    arguments."""
     cut = argv.index("--") if "--" in argv else len(argv)
     ours, rest = argv[:cut], argv[cut + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", default=[], metavar="LABEL=PATH")
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    options = parser.parse_args(ours)
     models: dict[str, Path | None] = {"shipped": None}
-    for pair in parser.parse_args(ours).model:
+    for pair in options.model:
         label, sep, path = pair.partition("=")
         if not sep or not label or label in models:
             parser.error(f"--model {pair!r}: expected a new LABEL=PATH")
         models[label] = Path(path)
     simulate = argparse.ArgumentParser(prog="SIMULATE-ARGS")
     add_simulate_command(simulate.add_subparsers())
-    return models, simulate.parse_args(["simulate", *rest])
+    return models, options.json, simulate.parse_args(["simulate", *rest])
 
 
 def measure(run: PreparedRun, name: str, model: Path | None) -> dict[str, float]:
@@ -62,18 +66,21 @@ def measure(run: PreparedRun, name: str, model: Path | None) -> dict[str, float]
 
 
 def main(argv: list[str]) -> int:
-    models, args = parse(argv)
+    models, as_json, args = parse(argv)
     run = prepare_run(args)
     tune_for_cycles()
+    rows = {"mlf-h": measure(run, "mlf-h", None)}
+    for label, path in models.items():
+        rows[f"mlf-rl ({label})"] = measure(run, "mlf-rl", path)
+    if as_json:
+        print(json.dumps({"jobs": len(run.jobs), "rows": rows}, indent=2))
+        return 0
     params = " ".join(args.mlfs_param) or "the paper's defaults"
     print(
         f"{len(run.jobs)} jobs on {run.shape.nodes}x{run.shape.gpus_per_node} GPUs, "
         f"MLFS features {'on' if args.mlfs_features else 'off'}, "
         f"parameters: {params}"
     )
-    rows = {"mlf-h": measure(run, "mlf-h", None)}
-    for label, path in models.items():
-        rows[f"mlf-rl ({label})"] = measure(run, "mlf-rl", path)
     head = rows["mlf-h"]
     print(
         f"{'policy':<24} {'JCT avg (min)':>13} {'vs MLF-H':>8} {'R^slo':>6} {'Eq. 7':>8} "

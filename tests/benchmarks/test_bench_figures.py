@@ -1,5 +1,6 @@
-"""The figure-printing paths of ``benchmarks/bench_mlfh.py --phases`` and
-``benchmarks/milp_replay.py`` on tiny inputs: the structure of what they print, never a speed."""
+"""The figure-printing paths of ``benchmarks/bench_mlfh.py --phases``,
+``benchmarks/milp_replay.py`` and ``benchmarks/mlfrl_vs_mlfh.py`` on tiny inputs: the structure
+of what they print, never a speed."""
 
 from __future__ import annotations
 
@@ -89,3 +90,45 @@ def test_milp_replay_on_a_slice():
         assert row["solve_s"] >= 0 and row["p95_ms"] >= row["p50_ms"] >= 0
     # the code's own settings again reach the run's objective on every model
     assert report["sets"]["code"]["same"] == report["captured"]
+
+
+def test_mlfrl_against_mlfh_on_a_slice():
+    """The shipped model and the same file under another label run over the same jobs as
+    MLF-H: the two MLF-RL rows agree to the digit (a deterministic simulator)."""
+    from controller.policy.mlfs.rl.network import DEFAULT_MODEL_PATH
+
+    trace = shared_trace()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "mlfrl_vs_mlfh.py"),
+            "--model",
+            f"again={DEFAULT_MODEL_PATH}",
+            "--json",
+            "--",
+            "--trace",
+            str(trace),
+            "--limit",
+            "60",
+            "--cluster",
+            "2x8",
+            "--quiet",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    out = json.loads(proc.stdout)
+    assert out["jobs"] == 60
+    rows = out["rows"]
+    assert list(rows) == ["mlf-h", "mlf-rl (shipped)", "mlf-rl (again)"]
+    keys = {"jct_min", "r_slo", "eq7", "g1", "g2", "g3", "g4", "g5", "wall_s"}
+    for row in rows.values():
+        assert set(row) == keys and all(math.isfinite(v) for v in row.values())
+        assert row["eq7"] == pytest.approx(
+            sum(b * row[f"g{i + 1}"] for i, b in enumerate((0.5, 0.55, 0.25, 0.15, 0.15)))
+        )
+    same = {k: v for k, v in rows["mlf-rl (shipped)"].items() if k != "wall_s"}
+    assert same == {k: v for k, v in rows["mlf-rl (again)"].items() if k != "wall_s"}
