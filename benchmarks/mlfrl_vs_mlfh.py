@@ -1,11 +1,13 @@
 """MLF-RL models against MLF-H on one prepared run, side by side (docs/mlfs.md, *A model per
 setting*).
 
-    python benchmarks/mlfrl_vs_mlfh.py [--model LABEL=PATH ...] [--json] -- SIMULATE-ARGS
+    python benchmarks/mlfrl_vs_mlfh.py [--model LABEL=PATH ...] [--skip-shipped] [--json] \
+        -- SIMULATE-ARGS
 
 SIMULATE-ARGS are ``mlsched simulate``'s (``--trace``, ``--limit``, ``--cluster``,
 ``--mlfs-features``, ``--mlfs-param`` ...). The trace is loaded once; MLF-H and ``mlf-rl``
-with each model (``shipped``: the model in the package, always run) go over the same jobs.
+with each model (``shipped``: the model in the package, unless ``--skip-shipped``) go over the
+same jobs.
 Per policy it prints the average JCT, R^slo, the Eq. 7 total with its objectives g1..g5
 (``simulator.rltrain``: what training maximises) and the wall time, and each model's JCT
 and Eq. 7 against MLF-H's (``--json``: the same figures as one JSON object).
@@ -34,9 +36,10 @@ def parse(argv: list[str]) -> tuple[dict[str, Path | None], bool, argparse.Names
     ours, rest = argv[:cut], argv[cut + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", default=[], metavar="LABEL=PATH")
+    parser.add_argument("--skip-shipped", action="store_true", help="only the --model files")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     options = parser.parse_args(ours)
-    models: dict[str, Path | None] = {"shipped": None}
+    models: dict[str, Path | None] = {} if options.skip_shipped else {"shipped": None}
     for pair in options.model:
         label, sep, path = pair.partition("=")
         if not sep or not label or label in models:
