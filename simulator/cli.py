@@ -340,6 +340,9 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
     """The cluster, job model, workload and engine settings ``args`` asks for; raises
     TraceError, UnknownModel, ValueError or OSError on bad input."""
     shape = parse_cluster(args.cluster)
+    mlfs_model = getattr(args, "mlfs_model", None)
+    if mlfs_model is not None and not Path(mlfs_model).is_file():
+        raise ValueError(f"--mlfs-model: no such file: {mlfs_model}")
     model = job_model(args)
     jobs = load_workload(args, model)
     model.check_jobs(jobs)
@@ -350,9 +353,6 @@ def prepare_run(args: argparse.Namespace) -> PreparedRun:
         interference=interference_model(getattr(args, "interference", None)),
     )
     params = getattr(args, "mlfs_param", None)
-    mlfs_model = getattr(args, "mlfs_model", None)
-    if mlfs_model is not None and not Path(mlfs_model).is_file():
-        raise ValueError(f"--mlfs-model: no such file: {mlfs_model}")
     return PreparedRun(
         jobs,
         model,
@@ -383,8 +383,9 @@ def mlfs_model_warning(
     if not differences:
         return None
     which = "the shipped model" if run.mlfs_model is None else f"model {run.mlfs_model}"
+    verb = "runs" if len(running) == 1 else "run"
     return (
-        f"{' and '.join(running)} run {which}, {'; '.join(differences)}: it may order jobs "
+        f"{' and '.join(running)} {verb} {which}, {'; '.join(differences)}: it may order jobs "
         "worse than MLF-H here; `mlsched mlfs-train` makes one for this setting and "
         "--mlfs-model runs it (docs/mlfs.md, *A model per setting*)"
     )

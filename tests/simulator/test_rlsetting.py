@@ -14,7 +14,7 @@ from mlsched.cli import main
 from simulator.engine import ClusterShape
 from simulator.rlsetting import setting_differences
 from tests.simulator.test_rltrain import TINY
-from tests.simulator.test_rltrain import trace as trace  # noqa: F401  (the fixture)
+from tests.simulator.test_rltrain import trace as trace  # the fixture
 
 
 def test_changed_params_names_only_what_differs() -> None:
@@ -47,7 +47,7 @@ def test_each_difference_is_named() -> None:
 
 
 def test_a_model_trained_for_parameters_runs_where_asked_and_warns_elsewhere(
-    trace: Path,  # noqa: F811
+    trace: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -68,7 +68,7 @@ def test_a_model_trained_for_parameters_runs_where_asked_and_warns_elsewhere(
 
     assert main([*simulate, "--policy", "fifo,mlf-rl", "--mlfs-model", str(out)]) == 0
     assert capsys.readouterr().err == (
-        f"mlsched simulate: mlf-rl run model {out}, trained with MLFS job features, this run "
+        f"mlsched simulate: mlf-rl runs model {out}, trained with MLFS job features, this run "
         "has none; trained with MLFS parameters gamma_w=0, this run has the paper's defaults: "
         "it may order jobs worse than MLF-H here; `mlsched mlfs-train` makes one for this "
         "setting and --mlfs-model runs it (docs/mlfs.md, *A model per setting*)\n"
@@ -76,14 +76,14 @@ def test_a_model_trained_for_parameters_runs_where_asked_and_warns_elsewhere(
 
 
 def test_the_shipped_model_is_named_when_it_meets_another_setting(
-    trace: Path,  # noqa: F811
+    trace: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = ["simulate", "--trace", str(trace), "--cluster", "2x4", "--quiet", "--policy", "mlfs"]
     assert main(args) == 0
     err = capsys.readouterr().err
     assert err.startswith(
-        "mlsched simulate: mlfs run the shipped model, trained on 10x8 GPUs, this run has 2x4; "
+        "mlsched simulate: mlfs runs the shipped model, trained on 10x8 GPUs, this run has 2x4; "
         "trained with MLFS job features, this run has none: "
     ), err
     assert main(["simulate", "--trace", str(trace), "--quiet", "--policy", "fifo"]) == 0
@@ -95,7 +95,7 @@ def test_the_shipped_model_is_named_when_it_meets_another_setting(
     [(None, "--mlfs-model: no such file"), (b"not a model", "cannot read MLF-RL model")],
 )
 def test_a_bad_model_file_is_refused_before_anything_runs(
-    trace: Path,  # noqa: F811
+    trace: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     content: bytes | None,
