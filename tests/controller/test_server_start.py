@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -162,3 +163,34 @@ def test_a_bad_mlfs_param_refuses_to_start_and_touches_nothing(tmp_path, capsys)
             "--join-token", "t" * 32, "--policy", "mlf-h", "--mlfs-param", "gamma_w=-1",
         )  # fmt: skip
     assert not state.exists()
+
+
+def test_the_controller_runs_the_mlfrl_model_it_is_given(tmp_path):
+    import shutil
+
+    from controller.policy.mlfs.rl.network import DEFAULT_MODEL_PATH
+
+    model = shutil.copy(DEFAULT_MODEL_PATH, tmp_path / "for-this-cluster.pt")
+    config = ControllerConfig(
+        listen="127.0.0.1:0",
+        state_dir=tmp_path / "state",
+        join_token="t" * 32,
+        policy="mlfs",
+        mlfs_model=Path(model),
+    )
+    controller = Controller(config, clock=ManualClock(1_000.0))
+    controller.start()
+    try:
+        policy = controller.scheduler.policy
+        assert policy.model_path == Path(model) and policy.load_control  # MLF-C on: mlfs
+    finally:
+        controller.stop()
+
+
+def test_a_missing_mlfrl_model_refuses_to_start(tmp_path):
+    missing = tmp_path / "none.pt"
+    with pytest.raises(SystemExit, match=f"mlsched: MLF-RL model file not found: {missing}"):
+        run_controller_cli(
+            "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "state"),
+            "--join-token", "t" * 32, "--policy", "mlf-rl", "--mlfs-model", str(missing),
+        )  # fmt: skip
