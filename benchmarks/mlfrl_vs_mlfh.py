@@ -18,13 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
+from dataclasses import replace
 from pathlib import Path
 
-from controller.policy import make_policy
 from mlsched.gctune import tune_for_cycles
-from simulator.cli import PreparedRun, add_simulate_command, prepare_run
-from simulator.engine import Simulation
+from simulator.cli import PreparedRun, add_simulate_command, prepare_run, run_policy
 from simulator.metrics import compute_metrics
 from simulator.rltrain import episode_objectives, episode_reward
 
@@ -51,12 +49,8 @@ def parse(argv: list[str]) -> tuple[dict[str, Path | None], bool, argparse.Names
 
 
 def measure(run: PreparedRun, name: str, model: Path | None) -> dict[str, float]:
-    """One policy over the prepared run: its figures."""
-    started = time.perf_counter()
-    result = Simulation(
-        run.jobs, make_policy(name, run.mlfs, model), run.shape, run.model, run.config
-    ).run()
-    wall = time.perf_counter() - started
+    """One policy over the prepared run (as ``mlsched simulate`` runs it): its figures."""
+    result = run_policy(replace(run, mlfs_model=model), name)
     metrics = compute_metrics(result)
     g = episode_objectives(result)
     return {
@@ -64,7 +58,7 @@ def measure(run: PreparedRun, name: str, model: Path | None) -> dict[str, float]
         "r_slo": metrics["r_slo"] or 0.0,
         "eq7": episode_reward(result),
         **{f"g{i + 1}": value for i, value in enumerate(g)},
-        "wall_s": wall,
+        "wall_s": result.wall_s,
     }
 
 
