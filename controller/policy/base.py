@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 from controller.placement import TaskPlacement
@@ -161,10 +162,16 @@ class ClusterSnapshot:
         return {n.id: n.free_gpu_indices for n in self.nodes}
 
     def expired(self) -> tuple[JobView, ...]:
+        """The active jobs whose lease has expired (found once per snapshot)."""
+        return self._expired
+
+    # A memo of what the fields determine; the dataclass is frozen and its fields immutable,
+    # so it is made at most once per snapshot (``replace`` makes a new snapshot, memo-free).
+    @cached_property
+    def _expired(self) -> tuple[JobView, ...]:
+        now = self.now
         return tuple(
-            j
-            for j in self.active
-            if j.lease_expires_at is not None and j.lease_expires_at <= self.now
+            j for j in self.active if j.lease_expires_at is not None and j.lease_expires_at <= now
         )
 
 

@@ -163,6 +163,8 @@ class Priorities:
         self.index: dict[str, int] = dict(zip(ids, range(len(ids)), strict=True))
         self.clock = clock
         self.entries = entries  # per row: the job's kept Eq. 6 inputs (:meth:`source`)
+        # the queued views given, when rows 0..len-1 are theirs in order (no id twice)
+        self.head: Sequence[JobView] | None = None
 
     @property
     def job(self) -> dict[str, float]:
@@ -327,6 +329,7 @@ class PriorityBook:
         out = self._evaluate(entries, now, table, len(queued) if table is not None else 0)
         if table is not None:
             self._table = table[: len(queued)].copy()
+            out.head = queued
         return out
 
     def _entry_for(self, old: Mapping[str, _Entry], view: JobView, queued: bool) -> _Entry:

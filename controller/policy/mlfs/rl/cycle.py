@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter, is_
+from operator import attrgetter
 from typing import Protocol
 
 import numpy as np
@@ -42,6 +42,7 @@ import numpy as np
 from controller.policy.base import (
     ClusterSnapshot,
     Decision,
+    JobView,
     Launch,
     Migrate,
     Renew,
@@ -166,7 +167,7 @@ def plan(
         )
         for m in movers.values()
     ]
-    p_all, book_rows = _job_priorities(records, queued_count, priorities)
+    p_all, book_rows = _job_priorities(records, queued_count, priorities, snapshot.queued)
     ranked = order(p_all, list(map(_VIEW_ID, records)))
     records = list(map(records.__getitem__, ranked.tolist()))
     candidates = list(map(attrgetter("candidate"), records))
@@ -275,18 +276,14 @@ class Memory:
 
 
 def _job_priorities(
-    records: Sequence[Queued], queued: int, priorities: Priorities
+    records: Sequence[Queued], queued: int, priorities: Priorities, views: Sequence[JobView]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each record's job ``P`` (``Priorities.job``) and its row in the book's arrays
-    (``Priorities.index``), from the book's array where the rows are the queued jobs in order
-    (no job id twice), else by look-up. The first ``queued`` records are the queued jobs',
-    the others the movers'."""
+    (``Priorities.index``), from the book's array where its rows are ``views`` in order (no
+    job id twice; ``Priorities.head``), else by look-up. The first ``queued`` records are
+    ``views``' (``QueueBook.records``: one per view, in order), the others the movers'."""
     clock, index = priorities.clock, priorities.index
-    entries = priorities.entries
-    view = attrgetter("view")
-    if len(entries) >= queued and all(
-        map(is_, map(view, entries[:queued]), map(view, records[:queued]))
-    ):
+    if priorities.head is views and len(views) == queued:
         head = clock[:queued, 3]
         head_rows = np.arange(queued, dtype=np.intp)
     else:

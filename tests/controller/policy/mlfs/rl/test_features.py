@@ -290,3 +290,37 @@ def test_step_kinds_match_step_rows() -> None:
         kinds.rows([2, 0], totals[[2, 0]], p).tobytes()
         == step_rows([jobs[2], jobs[0]], totals[[2, 0]], p).tobytes()
     )
+
+
+def test_numpy_transcendentals_give_the_c_librarys_float32_values() -> None:
+    """The job rows' log1p and tanh come from NumPy's loops; as the float32 the rows are made
+    of, each value is Python's ``math`` value, over many magnitudes."""
+    from controller.policy.mlfs.rl.features import _as_libm, _log1p_all
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.random(20_000) * scale for scale in (1e-6, 1e-2, 1.0, 50.0, 1e6)])
+    logged = _log1p_all(x.reshape(-1, 1))[:, 0]
+    assert np.array_equal(
+        logged.astype(np.float32), np.array([math.log1p(v) for v in x], dtype=np.float32)
+    )
+    signed = (rng.random(50_000) - 0.5) * 8.0
+    tanh = _as_libm(np.tanh, math.tanh, signed)
+    assert np.array_equal(
+        tanh.astype(np.float32), np.array([math.tanh(v) for v in signed], dtype=np.float32)
+    )
+
+
+def test_values_near_a_float32_boundary_are_the_c_librarys_own() -> None:
+    """A fast function one float64 ulp above the exact one, at points halfway between two
+    float32 values: rounding its result would go up where the exact value rounds to even, so
+    those points take the exact function's value (here the identity)."""
+    from controller.policy.mlfs.rl.features import _as_libm
+
+    low = np.array([1.0, 1.5, 3.0, 1000.0], dtype=np.float32)
+    high = np.nextafter(low, np.float32(np.inf))
+    halfway = (low.astype(np.float64) + high.astype(np.float64)) / 2.0  # exact in float64
+    one_up = lambda v: np.nextafter(v, np.inf)  # noqa: E731
+    assert not np.array_equal(one_up(halfway).astype(np.float32), halfway.astype(np.float32))
+    out = _as_libm(one_up, float, halfway)
+    assert np.array_equal(out, halfway)  # every point was near a boundary: the identity's
+    assert np.array_equal(out.astype(np.float32), low)  # ties to even: 1.0, 1.5, ... stay
