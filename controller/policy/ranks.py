@@ -23,7 +23,7 @@ policy. Pure functions of the snapshot and the decision.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from operator import attrgetter
 
@@ -82,19 +82,25 @@ def _hot(node: NodeView, h_r: float) -> bool:
 
 
 def _involved(
-    snapshot: ClusterSnapshot, decision: Decision, h_r: float, hot: set[str] | None = None
+    snapshot: ClusterSnapshot,
+    decision: Decision,
+    h_r: float,
+    hot: set[str] | None = None,
+    known: Collection[str] = (),
 ) -> tuple[list[JobView], list[JobView]]:
     """:func:`involved`'s active jobs (in the snapshot's order) and queued ones (in queue
     order; the scan of the queue stops once every named job is found). ``hot``: the nodes
-    above ``h_r``, if known."""
+    above ``h_r``, if known; ``known``: jobs to leave out (their priority is at hand)."""
     if hot is None:
         hot = {n.id for n in snapshot.nodes if _hot(n, h_r)}
     named = {item.job_id for item in (*decision.launch, *decision.migrate)}
+    named.difference_update(known)
     gone = leaving(snapshot, decision)
     active = [
         v
         for v in snapshot.active
         if v.id not in gone
+        and v.id not in known
         and (
             v.id in named
             or v.migration_requested
@@ -139,9 +145,13 @@ class Eq6Priorities:
         return {i for i, (_, hot) in now.items() if hot}
 
     def of(self, snapshot: ClusterSnapshot, decision: Decision) -> dict[str, float]:
-        """Each :func:`involved` job's priority: the largest of its tasks' (as MLF-H's queue)."""
+        """Each :func:`involved` job's priority: the largest of its tasks' (as MLF-H's queue),
+        except those ``decision`` already gives (a policy computed them with the same Eq. 6
+        arithmetic, as MLF-RL's cycle does for the jobs it launches or moves)."""
         hot = self._hot_nodes(snapshot.nodes)
-        active, queued = _involved(snapshot, decision, self.config.h_r, hot)
+        active, queued = _involved(
+            snapshot, decision, self.config.h_r, hot, known=decision.priorities.keys()
+        )
         if not active and not queued:
             return {}
         result = self._book.priorities(queued, active, snapshot.now)

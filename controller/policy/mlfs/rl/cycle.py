@@ -196,6 +196,7 @@ def plan(
     migrations: list[Migrate] = []
     suspends: list[Suspend] = []
     unplaced: list[int] = []  # queued candidates chosen that did not fit after all
+    given: dict[str, float] = {}  # Eq. 6 P of each job launched or moved, for the agents
     remaining = np.arange(len(candidates))
     while remaining.size and pool.room(1) > 0:
         eligible = remaining[fits.mask(pool, remaining)].tolist()
@@ -226,12 +227,14 @@ def plan(
             else:
                 reason = f"moved off overloaded {', '.join(sorted(chosen.sources))}"
                 migrations.append(Migrate(chosen.view.id, placement, lease, reason))
+                given[chosen.view.id] = float(p_job[index])
         else:
             placement = place_queued(chosen.view, demands[index], pool, totals)
             if placement is None:
                 unplaced.append(index)
             else:
                 launches.append(Launch(chosen.view.id, placement, lease))
+                given[chosen.view.id] = float(p_job[index])
     for index in remaining.tolist() if movers else ():  # only movers are moving
         if candidates[index].moving:
             suspends.append(Suspend(candidates[index].view.id, LEFT_QUEUED))
@@ -256,6 +259,7 @@ def plan(
         suspend=tuple(suspends),
         migrate=tuple(migrations),
         stop=stops,
+        priorities=given,
     )
 
 
