@@ -267,3 +267,33 @@ def test_registry() -> None:
 def test_missing_model_file(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="not found"):
         MlfRlPolicy(model_path=tmp_path / "missing.pt")
+
+
+def _check_given_priorities(snap: ClusterSnapshot, chooser: MlfRlPolicy | MlfhChooser) -> Decision:
+    """The cycle gives each job it launches or moves the Eq. 6 priority it ranked it by; the
+    agents' rule (``Eq6Priorities``), computing them itself, finds the same values exactly."""
+    from dataclasses import replace
+
+    from controller.policy.ranks import Eq6Priorities
+
+    decision = plan(snap, chooser, CONFIG)
+    moved = {x.job_id for x in (*decision.launch, *decision.migrate)}
+    assert set(decision.priorities) == moved
+    own = Eq6Priorities(CONFIG).of(snap, replace(decision, priorities={}))
+    assert {job_id: own[job_id] for job_id in moved} == decision.priorities
+    return decision
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_cycle_gives_the_agents_eq6_priorities(
+    seed: int, check_policy_properties, random_net_policy: MlfRlPolicy
+) -> None:
+    check_policy_properties(
+        seed, lambda snap: _check_given_priorities(snap, random_net_policy), lambda *_: False
+    )
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_the_cycle_gives_movers_eq6_priorities(asked: bool) -> None:
+    decision = _check_given_priorities(overloaded(asked), MlfhChooser())
+    assert decision.migrate, "a job moves off the overloaded server"
