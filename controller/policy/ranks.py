@@ -6,7 +6,9 @@ tasks; near-ties go to the lowest priority). So every policy tells the agents it
 
 - **MLF-H, MLF-RL, MLFS**: Eq. 6's priority of each job that the decision launches or moves and
   of each active job it looked at (on an overloaded server or asked to move), from the same
-  :class:`~controller.policy.mlfs.book.PriorityBook` arithmetic (:class:`Eq6Priorities`).
+  :class:`~controller.policy.mlfs.book.PriorityBook` arithmetic (:class:`Eq6Priorities`;
+  MLF-RL's cycle gives the jobs it launches or moves the values it ranked them by, and
+  :class:`Eq6Priorities` computes only the others).
 - **Every other policy** (the policy-neutral rule, :func:`queue_priorities`): the order in
   which the queue offered the jobs, the one order every policy shares: a job that joined the
   queue earlier ranks higher. The value is ``-queued_since`` (seconds) at the job's launch, so
