@@ -160,14 +160,13 @@ def plan(
     unload_movers(pool, movers.values(), resources)
 
     records = memory.queue.records(snapshot.queued, pool, resources)
-    queued_count = len(records)
     records += [
         memory.queue.record(
             Candidate(m.view, True, m.sources, m.ranks), task_demand(m.view, resources)
         )
         for m in movers.values()
     ]
-    p_all, book_rows = _job_priorities(records, queued_count, priorities, snapshot.queued)
+    p_all, book_rows = _job_priorities(records, priorities, snapshot.queued)
     ranked = order(p_all, list(map(_VIEW_ID, records)))
     records = list(map(records.__getitem__, ranked.tolist()))
     candidates = list(map(attrgetter("candidate"), records))
@@ -280,14 +279,15 @@ class Memory:
 
 
 def _job_priorities(
-    records: Sequence[Queued], queued: int, priorities: Priorities, views: Sequence[JobView]
+    records: Sequence[Queued], priorities: Priorities, views: Sequence[JobView]
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each record's job ``P`` (``Priorities.job``) and its row in the book's arrays
     (``Priorities.index``), from the book's array where its rows are ``views`` in order (no
-    job id twice; ``Priorities.head``), else by look-up. The first ``queued`` records are
+    job id twice; ``Priorities.head``), else by look-up. The first ``len(views)`` records are
     ``views``' (``QueueBook.records``: one per view, in order), the others the movers'."""
     clock, index = priorities.clock, priorities.index
-    if priorities.head is views and len(views) == queued:
+    queued = len(views)
+    if priorities.head is views:
         head = clock[:queued, 3]
         head_rows = np.arange(queued, dtype=np.intp)
     else:

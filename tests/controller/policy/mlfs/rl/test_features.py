@@ -23,6 +23,8 @@ from controller.policy.mlfs.rl.features import (
     JOB_FEATURES,
     STEP_FEATURES,
     Candidate,
+    _as_libm,
+    _log1p_all,
     candidate_matrix,
     context_row,
     job_priorities,
@@ -295,8 +297,6 @@ def test_step_kinds_match_step_rows() -> None:
 def test_numpy_transcendentals_give_the_c_librarys_float32_values() -> None:
     """The job rows' log1p and tanh come from NumPy's loops; as the float32 the rows are made
     of, each value is Python's ``math`` value, over many magnitudes."""
-    from controller.policy.mlfs.rl.features import _as_libm, _log1p_all
-
     rng = np.random.default_rng(7)
     x = np.concatenate([rng.random(20_000) * scale for scale in (1e-6, 1e-2, 1.0, 50.0, 1e6)])
     logged = _log1p_all(x.reshape(-1, 1))[:, 0]
@@ -314,8 +314,6 @@ def test_values_near_a_float32_boundary_are_the_c_librarys_own() -> None:
     """A fast function one float64 ulp above the exact one, at points halfway between two
     float32 values: rounding its result would go up where the exact value rounds to even, so
     those points take the exact function's value (here the identity)."""
-    from controller.policy.mlfs.rl.features import _as_libm
-
     low = np.array([1.0, 1.5, 3.0, 1000.0], dtype=np.float32)
     high = np.nextafter(low, np.float32(np.inf))
     halfway = (low.astype(np.float64) + high.astype(np.float64)) / 2.0  # exact in float64

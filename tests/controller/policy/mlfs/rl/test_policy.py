@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from controller.policy.mlfs.policy import MlfhPolicy
 from controller.policy.mlfs.rl.cycle import MlfhChooser, Step, plan
 from controller.policy.mlfs.rl.network import ModelError, PointerNet
 from controller.policy.mlfs.rl.policy import MlfRlPolicy
+from controller.policy.ranks import Eq6Priorities
 from mlsched.model import IterationStop, JobSpec, JobState, MlfsSpec
 
 CONFIG = MlfsConfig()
@@ -272,10 +274,6 @@ def test_missing_model_file(tmp_path: Path) -> None:
 def _check_given_priorities(snap: ClusterSnapshot, chooser: MlfRlPolicy | MlfhChooser) -> Decision:
     """The cycle gives each job it launches or moves the Eq. 6 priority it ranked it by; the
     agents' rule (``Eq6Priorities``), computing them itself, finds the same values exactly."""
-    from dataclasses import replace
-
-    from controller.policy.ranks import Eq6Priorities
-
     decision = plan(snap, chooser, CONFIG)
     moved = {x.job_id for x in (*decision.launch, *decision.migrate)}
     assert set(decision.priorities) == moved
