@@ -81,6 +81,7 @@ OPTION_SETS: dict[str, Callable[[Matrices, float], dict[str, object]]] = {
     "presolve-on": _with(presolve=True),
     "abs-gap-1e-4": _with(mip_abs_gap=1e-4),
     "heuristics-0": _with(mip_heuristic_effort=0.0),
+    "root-reduced-cost-off": _with(mip_heuristic_run_root_reduced_cost=False),
     "scipy-defaults": _scipy_defaults,
 }
 

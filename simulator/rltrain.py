@@ -112,6 +112,13 @@ class TrainConfig:
     tolerance: float = 0.01  # convergence: relative change of the validation reward ...
     patience: int = 3  # ... below tolerance this many epochs in a row
 
+    @property
+    def queue(self) -> int:
+        """The most candidates a step offers in training and validation: the larger of an
+        episode's and the validation slice's jobs (``MlfRlPolicy`` reads the same from the
+        model's meta)."""
+        return max(self.episode_jobs, self.validation_jobs)
+
     def __post_init__(self) -> None:
         for name in (
             "imitation_episodes",
@@ -415,12 +422,14 @@ class _Episode:
         chooser: _Teacher | _Sampler,
         config: MlfsConfig,
         teacher: MlfhPolicy | None = None,
+        max_candidates: int | None = None,
     ) -> None:
         self.name = "mlf-h" if teacher is not None else "mlf-rl-train"
         self._jobs = {j.id: j for j in jobs}
         self._chooser = chooser
         self._config = config
         self._teacher = teacher
+        self._max_candidates = max_candidates
         self.cycles: list[float] = []
         self.agreed = 0
         self._last: dict[str, tuple[int, int, float]] = {}  # job -> attempt, iteration, MB
@@ -430,7 +439,7 @@ class _Episode:
         self._note_traffic(snapshot)
         self._chooser.cycle = len(self.cycles)
         self.cycles.append(snapshot.now)
-        replay = plan(snapshot, self._chooser, self._config)
+        replay = plan(snapshot, self._chooser, self._config, max_candidates=self._max_candidates)
         if self._teacher is None:
             return replay
         decision = self._teacher.decide(snapshot)
@@ -485,7 +494,7 @@ def _run_episode(
 ) -> _Run:
     """One sampled episode, its rewards and each step's discounted return; ``mlfs``: the
     MLFS parameters the cycle runs with (None: the paper's)."""
-    episode = _Episode(jobs, sampler, mlfs or MlfsConfig())
+    episode = _Episode(jobs, sampler, mlfs or MlfsConfig(), max_candidates=config.queue)
     result = Simulation(jobs, episode, shape, model, sim).run()
     returns = _step_returns(result, episode, sampler.steps, config)
     return _Run(result, sampler.steps, returns, episode_reward(result, config.betas))
@@ -517,9 +526,11 @@ def validate(
     sim: SimConfig | None = None,
     betas: Sequence[float] = BETAS,
     mlfs: MlfsConfig | None = None,
+    max_candidates: int | None = None,
 ) -> Validation:
     """The deterministic ``mlf-rl`` policy over ``jobs`` (with the MLFS parameters ``mlfs``;
-    None: the paper's): its Eq. 7 total and its choices."""
+    None: the paper's; ``max_candidates`` per step, None: the policy's default): its Eq. 7
+    total and its choices."""
     from controller.policy.mlfs.rl.policy import MlfRlPolicy
 
     counts = [0, 0, 0]
@@ -532,7 +543,7 @@ def validate(
             counts[2] += answer != step.hold and answer != MlfhChooser().choose(step)
             return answer
 
-    policy = Counting(network=network, config=mlfs or MlfsConfig())
+    policy = Counting(network=network, config=mlfs or MlfsConfig(), max_candidates=max_candidates)
     result = Simulation(jobs, policy, shape, model, sim or SimConfig()).run()
     return Validation(episode_reward(result, betas), *counts)
 
@@ -716,7 +727,7 @@ def train(
     cycles = agreed = 0
     for jobs_i in episodes[: config.imitation_episodes]:
         teacher = _Teacher()
-        episode = _Episode(jobs_i, teacher, mlfs, MlfhPolicy(config=mlfs))
+        episode = _Episode(jobs_i, teacher, mlfs, MlfhPolicy(config=mlfs), config.queue)
         result = Simulation(jobs_i, episode, shape, model, sim).run()
         demos.extend(teacher.steps)
         demo_returns.append(_standardised(_step_returns(result, episode, teacher.steps, config)))
@@ -724,7 +735,7 @@ def train(
         agreed += episode.agreed
     agreement = agreed / max(1, cycles)
     loss, accuracy = _imitate(net, demos, np.concatenate(demo_returns), config, rng)
-    check = validate(net, held_out, shape, model, sim, config.betas, mlfs)
+    check = validate(net, held_out, shape, model, sim, config.betas, mlfs, config.queue)
     value = check.reward
     history = [_epoch_log(0, "imitation", None, check, len(demos), loss, None, started)]
     log(
@@ -754,7 +765,7 @@ def train(
         loss, entropy = (0.0, 0.0)
         if len(batch):
             loss, entropy = _reinforce(net, optimizer, batch, np.concatenate(returns), config, rng)
-        check = validate(net, held_out, shape, model, sim, config.betas, mlfs)
+        check = validate(net, held_out, shape, model, sim, config.betas, mlfs, config.queue)
         value = check.reward
         history.append(
             _epoch_log(

@@ -9,8 +9,9 @@ unit here is the job, and the action is factorised into a sequence of steps:
    choose_migrations`, or a node agent's ``migration_requested``). Their load leaves the server
    at once (queued virtually, §3.3.3).
 2. At each step the chooser sees every candidate that the underloaded servers can still take
-   whole by free GPUs and load (``HostPool.capacity``; :class:`Step`) and answers one of them or
-   *hold*. A chosen queued job is placed task by task on MLF-H's Euclidean host
+   whole by free GPUs and load (``HostPool.capacity``; :class:`Step`), or with
+   ``max_candidates`` only the first that many of them in MLF-H's order, and answers one of
+   them or *hold*. A chosen queued job is placed task by task on MLF-H's Euclidean host
    (:class:`~controller.policy.mlfs.hosts.HostPool`, §3.3.2) and launched, a chosen mover's
    leaving tasks likewise (a :class:`Migrate`). One that does not fit after all stays queued (a
    mover goes back to the queue, :class:`Suspend`). The steps go on until the chooser holds,
@@ -125,11 +126,15 @@ def plan(
     load_control: bool = False,
     memory: Memory | None = None,
     preempt_ratio: float = math.inf,
+    max_candidates: int | None = None,
 ) -> Decision:
     """The cycle's decision with ``chooser`` making the choices (module docstring).
     ``memory``: what a policy keeps between its cycles (:class:`Memory`); the decision is the
     same with or without it. ``preempt_ratio``: MLF-H's lease-boundary preemption
-    (:mod:`controller.policy.mlfs.preempt`); infinite: none."""
+    (:mod:`controller.policy.mlfs.preempt`); infinite: none. ``max_candidates``: a step
+    offers at most this many candidates, the first that fit in MLF-H's order (None: all)."""
+    if max_candidates is not None and max_candidates < 1:
+        raise ValueError(f"max_candidates must be >= 1, got {max_candidates}")
     memory = memory if memory is not None and memory.config is config else Memory(config)
     lease = lease_s or snapshot.default_lease_s
     stops: tuple[Stop, ...] = ()
@@ -198,7 +203,7 @@ def plan(
     given: dict[str, float] = {}  # Eq. 6 P of each job launched or moved, for the agents
     remaining = np.arange(len(candidates))
     while remaining.size and pool.room(1) > 0:
-        eligible = remaining[fits.mask(pool, remaining)].tolist()
+        eligible = remaining[fits.mask(pool, remaining)][:max_candidates].tolist()
         if not eligible:
             break
         offered = tuple(map(candidates.__getitem__, eligible))

@@ -4,7 +4,13 @@ The cycle is :func:`.cycle.plan`; the choices are the network's, deterministical
 step the candidate (or hold) with the largest logit, ties to the first (MLF-H's order, hold
 last). The network is loaded once, from ``model_path`` (default: the shipped
 ``default_model.pt``); a missing or damaged file raises :class:`.network.ModelError` when the
-policy is made. ``load_control=True`` adds MLF-C's stops (§3.5), which makes it MLFS. A job an
+policy is made. A step offers the network at most ``max_candidates`` candidates, the first
+that fit in MLF-H's order (:func:`.cycle.plan`); by default as many as the largest queue the
+model was trained on (its training episode or validation slice, read from the file's
+``meta``; :data:`DEFAULT_MAX_CANDIDATES` for a model without one). On longer queues the
+network's inputs would leave what it was trained on: the rank feature, ``rank / (n - 1)``,
+loses the resolution that tells the first candidates apart (docs/mlfs.md, *Candidates beyond
+the training queue*). ``load_control=True`` adds MLF-C's stops (§3.5), which makes it MLFS. A job an
 overload request sent back to the queue is kept off the nodes it left while they cannot take
 it (:func:`~controller.policy.retreat.keep_off`, as every policy).
 
@@ -32,6 +38,22 @@ from controller.policy.mlfs.rl.network import FrozenPointer, PointerNet, load_mo
 from controller.policy.ranks import Eq6Priorities
 from controller.policy.retreat import HOLD_S, keep_off
 
+# Candidates per step for a model whose file does not say the queues it was trained on: the
+# default training episode's jobs (simulator.rltrain.TrainConfig.episode_jobs).
+DEFAULT_MAX_CANDIDATES = 200
+
+
+def trained_queue(meta: dict[str, Any]) -> int | None:
+    """The largest queue a model's training could offer a step: its episode's or validation
+    slice's jobs, whichever is larger (``mlsched mlfs-train`` records both); None if the meta
+    does not say."""
+    config = meta.get("config")
+    if not isinstance(config, dict):
+        return None
+    sizes = [config.get("episode_jobs"), config.get("validation_jobs")]
+    found = [int(v) for v in sizes if isinstance(v, int) and v >= 1]
+    return max(found) if found else None
+
 
 @dataclass
 class MlfRlPolicy:
@@ -47,12 +69,17 @@ class MlfRlPolicy:
     meta: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     retreat_hold_s: float = HOLD_S  # controller.policy.retreat: where nothing was measured
     preempt_ratio: float = math.inf  # MLF-H's lease-boundary preemption (mlfs/preempt.py)
+    max_candidates: int | None = None  # None: the model's trained queue (module docstring)
 
     def __post_init__(self) -> None:
         if not self.preempt_ratio >= 1.0:
             raise ValueError(f"preempt_ratio must be >= 1, got {self.preempt_ratio}")
+        if self.max_candidates is not None and self.max_candidates < 1:
+            raise ValueError(f"max_candidates must be >= 1, got {self.max_candidates}")
         if self.network is None:
             self.network, self.meta = load_model(self.model_path)
+        if self.max_candidates is None:
+            self.max_candidates = trained_queue(self.meta) or DEFAULT_MAX_CANDIDATES
         self._frozen = FrozenPointer(self.network)  # inference in NumPy (network.py)
         self._memory = Memory(self.config)  # kept inputs; changes no decision (cycle.py)
         self._agents = Eq6Priorities(self.config)  # Decision.priorities (ranks.py)
@@ -74,6 +101,7 @@ class MlfRlPolicy:
             load_control=self.load_control,
             memory=self._memory,
             preempt_ratio=self.preempt_ratio,
+            max_candidates=self.max_candidates,
         )
 
     def choose(self, step: Step) -> int:

@@ -15,8 +15,9 @@ from controller.policy.base import ClusterSnapshot, Decision, JobView, NodeView,
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.policy import MlfhPolicy
 from controller.policy.mlfs.rl.cycle import MlfhChooser, Step, plan
+from controller.policy.mlfs.rl.features import CANDIDATE_FEATURES
 from controller.policy.mlfs.rl.network import ModelError, PointerNet
-from controller.policy.mlfs.rl.policy import MlfRlPolicy
+from controller.policy.mlfs.rl.policy import DEFAULT_MAX_CANDIDATES, MlfRlPolicy
 from controller.policy.ranks import Eq6Priorities
 from mlsched.model import IterationStop, JobSpec, JobState, MlfsSpec
 
@@ -295,3 +296,57 @@ def test_the_cycle_gives_the_agents_eq6_priorities(
 def test_the_cycle_gives_movers_eq6_priorities(asked: bool) -> None:
     decision = _check_given_priorities(overloaded(asked), MlfhChooser())
     assert decision.migrate, "a job moves off the overloaded server"
+
+
+def _long_queue(count: int) -> ClusterSnapshot:
+    """Two idle 4-GPU servers and ``count`` queued 1-GPU jobs, urgency falling with the id
+    (q00 first in MLF-H's order)."""
+    nodes = tuple(
+        NodeView(n, (0, 1, 2, 3), (0, 1, 2, 3), {"gpu": 0, "cpu": 0.1, "memory": 0, "bandwidth": 0})
+        for n in ("a", "b")
+    )
+    jobs = tuple(queued(f"q{i:02d}", 1, urgency=float(count - i)) for i in range(count))
+    return ClusterSnapshot(now=100.0, nodes=nodes, queued=jobs, active=(), default_lease_s=300.0)
+
+
+def test_max_candidates_offers_the_first_in_mlfh_order() -> None:
+    snap = _long_queue(12)
+    every, window = Always(lambda step: step.hold - 1), Always(lambda step: step.hold - 1)
+    plan(snap, every, CONFIG)
+    plan(snap, window, CONFIG, max_candidates=3)
+    assert len(every.steps) == len(window.steps) == 8, "8 free GPUs, one job a step"
+    assert len(every.steps[0].candidates) == 12
+    # the window is the first three of what the step would offer
+    assert window.steps[0].candidates == every.steps[0].candidates[:3]
+    rank = CANDIDATE_FEATURES.index("priority_rank")
+    for cut in window.steps:
+        assert len(cut.candidates) == 3
+        # the rank feature is computed among them: 0, 1/2, 1
+        assert list(cut.features[:, rank]) == [0.0, 0.5, 1.0]
+    # the last candidate in the window is taken each time: q02, then q03, ...
+    taken = [s.candidates[-1].view.id for s in window.steps]
+    assert taken == [f"q{i:02d}" for i in range(2, 10)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_window_changes_no_mlfh_choice(seed: int, check_policy_properties) -> None:
+    # MLF-H's choice is the first candidate, which every window holds
+    def both(snap: ClusterSnapshot) -> Decision:
+        mine = plan(snap, MlfhChooser(), CONFIG, max_candidates=1)
+        same(mine, plan(snap, MlfhChooser(), CONFIG))
+        return mine
+
+    check_policy_properties(seed, both, lambda *_: False)
+
+
+def test_the_policy_windows_at_its_models_training_queue() -> None:
+    net = PointerNet(hidden=4)
+    trained = {"config": {"episode_jobs": 300, "validation_jobs": 120}}
+    assert MlfRlPolicy(network=net, meta=trained).max_candidates == 300
+    assert MlfRlPolicy(network=net).max_candidates == DEFAULT_MAX_CANDIDATES == 200
+    assert MlfRlPolicy(network=net, meta=trained, max_candidates=7).max_candidates == 7
+    assert make_policy("mlf-rl").max_candidates == 200, "the shipped model: 200-job episodes"
+    with pytest.raises(ValueError, match="max_candidates must be >= 1"):
+        MlfRlPolicy(network=net, max_candidates=0)
+    with pytest.raises(ValueError, match="max_candidates must be >= 1"):
+        plan(_long_queue(2), MlfhChooser(), CONFIG, max_candidates=0)
