@@ -142,6 +142,12 @@ def test_convergence_rule() -> None:
     assert not converged([-1.0, -1.0], tolerance=0.01, patience=3)  # too few epochs
 
 
+def test_the_training_queue_is_the_larger_slice() -> None:
+    # what a step may offer in training and validation (MlfRlPolicy reads it from the meta)
+    assert TrainConfig(episode_jobs=300, validation_jobs=120).queue == 300
+    assert TrainConfig(episode_jobs=50, validation_jobs=120).queue == 120
+
+
 def test_split() -> None:
     jobs = [TraceJob(str(i), "u", float(i), 10.0, 1) for i in range(11)]
     episodes, held_out = split(jobs, TrainConfig(episode_jobs=4, validation_jobs=3))
@@ -175,7 +181,9 @@ def test_tiny_training_run_writes_a_loadable_model(trace: Path, tmp_path: Path) 
     assert [h["epoch"] for h in meta["history"]] == [0, 1]
     assert meta["teacher_agreement"] == 1.0, "the replayed cycle equals MLF-H's decision"
     assert json.loads((tmp_path / "h.json").read_text())["history"] == meta["history"]
-    assert MlfRlPolicy(model_path=out).meta["seed"] == 5
+    policy = MlfRlPolicy(model_path=out)
+    assert policy.meta["seed"] == 5
+    assert policy.max_candidates == 4, "the window of its training: 4-job episodes"
     # the same seed gives the same model
     again = tmp_path / "again.pt"
     assert (
