@@ -10,9 +10,9 @@ model was trained on (its training episode or validation slice, read from the fi
 ``meta``; :data:`DEFAULT_MAX_CANDIDATES` for a model without one). On longer queues the
 network's inputs would leave what it was trained on: the rank feature, ``rank / (n - 1)``,
 loses the resolution that tells the first candidates apart (docs/mlfs.md, *Candidates beyond
-the training queue*). ``load_control=True`` adds MLF-C's stops (§3.5), which makes it MLFS. A job an
-overload request sent back to the queue is kept off the nodes it left while they cannot take
-it (:func:`~controller.policy.retreat.keep_off`, as every policy).
+the training queue*). ``load_control=True`` adds MLF-C's stops (§3.5), which makes it MLFS. A
+job an overload request sent back to the queue is kept off the nodes it left while they cannot
+take it (:func:`~controller.policy.retreat.keep_off`, as every policy).
 
 State: the network's weights, copied for NumPy inference (:class:`.network.FrozenPointer`)
 when the policy is made and fixed from then on, and :class:`.cycle.Memory`: per job of the
