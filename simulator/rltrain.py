@@ -74,6 +74,7 @@ from controller.policy.mlfs.config import (
 from controller.policy.mlfs.jobs import task_graph
 from controller.policy.mlfs.policy import MlfhPolicy
 from controller.policy.mlfs.rl.cycle import MlfhChooser, Step, plan
+from controller.policy.mlfs.rl.policy import MlfRlPolicy, training_queue
 from mlsched.model import MlfsSpec
 from simulator.engine import ClusterShape, SimConfig, Simulation
 from simulator.types import JobModel, SimResult, TraceJob
@@ -114,10 +115,10 @@ class TrainConfig:
 
     @property
     def queue(self) -> int:
-        """The most candidates a step offers in training and validation: the larger of an
-        episode's and the validation slice's jobs (``MlfRlPolicy`` reads the same from the
-        model's meta)."""
-        return max(self.episode_jobs, self.validation_jobs)
+        """The most candidates a step offers in training and validation
+        (:func:`~controller.policy.mlfs.rl.policy.training_queue`, the rule ``MlfRlPolicy``
+        applies to the model's meta)."""
+        return training_queue(self.episode_jobs, self.validation_jobs)
 
     def __post_init__(self) -> None:
         for name in (
@@ -531,8 +532,6 @@ def validate(
     """The deterministic ``mlf-rl`` policy over ``jobs`` (with the MLFS parameters ``mlfs``;
     None: the paper's; ``max_candidates`` per step, None: the policy's default): its Eq. 7
     total and its choices."""
-    from controller.policy.mlfs.rl.policy import MlfRlPolicy
-
     counts = [0, 0, 0]
 
     class Counting(MlfRlPolicy):

@@ -43,16 +43,22 @@ from controller.policy.retreat import HOLD_S, keep_off
 DEFAULT_MAX_CANDIDATES = 200
 
 
+def training_queue(episode_jobs: int, validation_jobs: int) -> int:
+    """The most candidates a step offers in training and validation, and the window of a model
+    trained so: the larger of an episode's and the validation slice's jobs."""
+    return max(episode_jobs, validation_jobs)
+
+
 def trained_queue(meta: dict[str, Any]) -> int | None:
-    """The largest queue a model's training could offer a step: its episode's or validation
-    slice's jobs, whichever is larger (``mlsched mlfs-train`` records both); None if the meta
-    does not say."""
+    """:func:`training_queue` of a model, from the settings ``mlsched mlfs-train`` records in
+    its meta; None if the meta does not say."""
     config = meta.get("config")
     if not isinstance(config, dict):
         return None
-    sizes = [config.get("episode_jobs"), config.get("validation_jobs")]
-    found = [int(v) for v in sizes if isinstance(v, int) and v >= 1]
-    return max(found) if found else None
+    episode, validation = config.get("episode_jobs"), config.get("validation_jobs")
+    if not all(isinstance(v, int) and v >= 1 for v in (episode, validation)):
+        return None
+    return training_queue(episode, validation)
 
 
 @dataclass

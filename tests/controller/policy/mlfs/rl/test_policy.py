@@ -344,6 +344,8 @@ def test_the_policy_windows_at_its_models_training_queue() -> None:
     trained = {"config": {"episode_jobs": 300, "validation_jobs": 120}}
     assert MlfRlPolicy(network=net, meta=trained).max_candidates == 300
     assert MlfRlPolicy(network=net).max_candidates == DEFAULT_MAX_CANDIDATES == 200
+    damaged = {"config": {"episode_jobs": 0, "validation_jobs": "300"}}
+    assert MlfRlPolicy(network=net, meta=damaged).max_candidates == 200, "not a training queue"
     assert MlfRlPolicy(network=net, meta=trained, max_candidates=7).max_candidates == 7
     assert make_policy("mlf-rl").max_candidates == 200, "the shipped model: 200-job episodes"
     with pytest.raises(ValueError, match="max_candidates must be >= 1"):
