@@ -2,6 +2,7 @@
 
     python benchmarks/milp_replay.py [--trace PATH] [--cluster C120] [--limit N] [--every 4]
                                      [--policy unisched] [--sets NAME,...] [--json]
+                                     [--save FILE | --load FILE]
 
 The policy runs over the trace as ``mlsched simulate --policy unisched`` runs it (its own
 argument parser and :func:`simulator.cli.prepare_run`, every other option at its default).
@@ -15,7 +16,8 @@ solve seconds and those of the solves that ended before the time limit (``done_s
 ms per solve, how many reached the objective the run reached (within 1e-6 relative), how many
 did better or worse or found no solution, and how many stopped at the time limit (for ``run``:
 answers not proven optimal). Wall times: the machine's load moves them, and a solve cut off at
-the limit can end with another objective.
+the limit can end with another objective. ``--save FILE`` writes the kept models (pickled) so
+that ``--load FILE`` replays them again without simulating.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import contextlib
 import json
 import math
 import os
+import pickle
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -251,6 +254,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--policy", default="unisched", help="[%(default)s]")
     parser.add_argument("--sets", default=",".join(OPTION_SETS), help="[%(default)s]")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    stored = parser.add_mutually_exclusive_group()
+    stored.add_argument("--save", type=Path, help="also write the kept models to this file")
+    stored.add_argument("--load", type=Path, help="replay the models of a --save file")
     return parser.parse_args()
 
 
@@ -267,7 +273,7 @@ def _print(report: dict[str, Any]) -> None:
 
 def main() -> int:
     args = _arguments()
-    if not args.trace.exists():
+    if not args.load and not args.trace.exists():
         print(f"trace not found: {args.trace} (set MLSCHED_DATA or pass --trace)", file=sys.stderr)
         return 2
     names = [n for n in args.sets.split(",") if n]
@@ -275,14 +281,22 @@ def main() -> int:
     if unknown:
         print(f"unknown option sets {unknown}; valid: {', '.join(OPTION_SETS)}", file=sys.stderr)
         return 2
-    recorder = Recorder(args.every)
-    report = capture(simulate_args(args.trace, args.cluster, args.limit), args.policy, recorder)
-    report.update(every=args.every, milps=recorder.sent, captured=len(recorder.kept))
-    print(f"kept {len(recorder.kept)} of {recorder.sent} MILPs", file=sys.stderr)
-    report["sets"] = {"run": run_row(recorder.kept)}
+    if args.load:
+        with args.load.open("rb") as stored:
+            report, kept = pickle.load(stored)
+    else:
+        recorder = Recorder(args.every)
+        report = capture(simulate_args(args.trace, args.cluster, args.limit), args.policy, recorder)
+        report.update(every=args.every, milps=recorder.sent, captured=len(recorder.kept))
+        kept = recorder.kept
+        print(f"kept {len(kept)} of {recorder.sent} MILPs", file=sys.stderr)
+        if args.save:
+            with args.save.open("wb") as stored:
+                pickle.dump((report, kept), stored)
+    report["sets"] = {"run": run_row(kept)}
     with quiet_stdout():
         for name in names:
-            report["sets"][name] = replay(recorder.kept, name)
+            report["sets"][name] = replay(kept, name)
             print(f"replayed {name}", file=sys.stderr)
     if args.json:
         print(json.dumps(report))

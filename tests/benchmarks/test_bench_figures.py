@@ -78,10 +78,11 @@ def test_phase_clock_times_only_the_outermost_call_and_restores():
     assert all(getattr(o, n) is f for (o, n), f in zip(targets, originals, strict=True))
 
 
-def test_milp_replay_on_a_slice():
+def test_milp_replay_on_a_slice(tmp_path):
     trace = shared_trace()
     args = ("--trace", str(trace), "--limit", "100", "--cluster", "8x8", "--every", "4")
-    report = run_json("milp_replay.py", *args, "--sets", "code,presolve-off")
+    saved = tmp_path / "models.pkl"
+    report = run_json("milp_replay.py", *args, "--sets", "code,presolve-off", "--save", str(saved))
     assert report["captured"] == math.ceil(report["milps"] / 4) > 0
     assert list(report["sets"]) == ["run", "code", "presolve-off"]
     for row in report["sets"].values():
@@ -90,6 +91,11 @@ def test_milp_replay_on_a_slice():
         assert row["solve_s"] >= 0 and row["p95_ms"] >= row["p50_ms"] >= 0
     # the code's own settings again reach the run's objective on every model
     assert report["sets"]["code"]["same"] == report["captured"]
+    # the saved models replay without a simulation (and without a trace), to the same objectives
+    again = run_json("milp_replay.py", "--trace", "/nonexistent", "--load", str(saved))
+    assert again["captured"] == report["captured"] and again["milps"] == report["milps"]
+    assert again["sets"]["run"] == report["sets"]["run"]
+    assert again["sets"]["code"]["same"] == report["captured"]
 
 
 def test_mlfrl_against_mlfh_on_a_slice():

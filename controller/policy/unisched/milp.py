@@ -20,7 +20,8 @@ Constraints:
   consolidation proposition against the free cells (which Eq. 10 bounds by the cluster).
 * Terms ``k >= 1``: SLO jobs' GPUs fit in the cluster, less what the SLO jobs on unexpired
   leases will hold (``reserved``: they run on until they finish). The paper's lease
-  assignment presumes this capacity but does not write it out.
+  assignment presumes this capacity but does not write it out. A term whose row cannot
+  bind is left out, its ``x[k]`` fixed at 1 (:func:`binding_terms`).
 
 Objective, Eq. 4: ``sum s[f, i] V[f, i]``, plus each job's reward for running now (profiler
 and best-effort rewards, §III-C2; an SLO job past its deadlines earns a best-effort one).
@@ -28,7 +29,7 @@ and best-effort rewards, §III-C2; an SLO job past its deadlines earns a best-ef
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.policy.unisched.cells import consolidation_feasible
@@ -113,6 +114,34 @@ def feasible_deadlines(job: MilpJob, horizon: int) -> list[tuple[int, int, float
         if value > 0 and q >= 1 and need <= q:
             found.append((f, q, value))
     return found
+
+
+def future_capacity(problem: MilpProblem, k: int) -> float:
+    """GPUs the candidates may plan on in future term ``k >= 1``: the cluster, less what SLO
+    jobs on unexpired leases hold then."""
+    taken = problem.reserved[k - 1] if k - 1 < len(problem.reserved) else 0.0
+    return max(0.0, problem.total_gpus - taken)
+
+
+def binding_terms(
+    problem: MilpProblem, feasible: Sequence[Sequence[tuple[int, int, float]]]
+) -> frozenset[int]:
+    """The future terms whose capacity row can bind (``feasible``: each job's
+    :func:`feasible_deadlines`, in the problem's order).
+
+    A term's row binds only if the GPUs of every SLO job that may hold the term exceed its
+    capacity. In any other term every such job can hold its GPUs (``x[k] = 1``) at no cost,
+    and ``x[k]`` enters no other row but Eqs. 7 and 12, where more terms only help. So the
+    backends fix those ``x[k]`` at 1 and leave out their columns and row: the same optimum
+    (and the same LP relaxation) in a smaller model. On full MIX2 at C120 no term's row
+    could bind in most large models (docs/unisched.md, *Solver speed*)."""
+    demand: dict[int, int] = {}
+    for job, deadlines in zip(problem.jobs, feasible, strict=True):
+        if not deadlines:
+            continue
+        for k in range(1, min(problem.horizon, max(q for _, q, _ in deadlines))):
+            demand[k] = demand.get(k, 0) + job.gpus
+    return frozenset(k for k, used in demand.items() if used > future_capacity(problem, k))
 
 
 def _check_cells(problem: MilpProblem, solution: MilpSolution) -> None:

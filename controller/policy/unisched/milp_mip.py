@@ -8,7 +8,13 @@ import time
 
 import mip
 
-from controller.policy.unisched.milp import MilpProblem, MilpSolution, feasible_deadlines
+from controller.policy.unisched.milp import (
+    MilpProblem,
+    MilpSolution,
+    binding_terms,
+    feasible_deadlines,
+    future_capacity,
+)
 
 
 def solve_mip(
@@ -25,7 +31,11 @@ def solve_mip(
     x0: dict[str, mip.Var] = {}
     ys: dict[str, list[mip.Var]] = {}
     ss: dict[str, list[tuple[int, mip.Var]]] = {}
-    for job in problem.jobs:
+    feasible_of = [
+        feasible_deadlines(job, problem.horizon) if job.slo else [] for job in problem.jobs
+    ]
+    binding = binding_terms(problem, feasible_of)
+    for job, feasible in zip(problem.jobs, feasible_of, strict=True):
         run = x0[job.job_id] = model.add_var(var_type=mip.BINARY)
         if job.now_reward:
             objective.append(job.now_reward * run)
@@ -37,23 +47,23 @@ def solve_mip(
             for level, count in enumerate(option.cells):
                 if count:
                     cell_use[level].append(count * var)  # Eq. 11
-        if not job.slo:
-            continue
-        feasible = feasible_deadlines(job, problem.horizon)
         if not feasible:
             continue
         last = min(problem.horizon, max(q for _, q, _ in feasible))
         # Future terms are a plan, re-solved every cycle; only term 0 is carried out. They are
-        # relaxed to [0, 1] (a rolling-horizon choice of ours that keeps the MILP small).
-        terms = [model.add_var(lb=0.0, ub=1.0) for _ in range(1, last)]
-        for k, var in enumerate(terms, start=1):
+        # relaxed to [0, 1] (a rolling-horizon choice of ours that keeps the MILP small); a
+        # term whose capacity row cannot bind is fixed at 1 (milp.binding_terms).
+        terms = {k: model.add_var(lb=0.0, ub=1.0) for k in range(1, last) if k in binding}
+        for k, var in terms.items():
             future.setdefault(k, []).append(job.gpus * var)
         chosen = []
         for f, q, value in feasible:
             s = model.add_var(var_type=mip.BINARY)
             chosen.append((f, s))
             objective.append(value * s)  # Eq. 4
-            held = mip.xsum(terms[: min(q, problem.horizon) - 1]) + run
+            held_terms = range(1, min(q, problem.horizon))
+            held = mip.xsum(terms[k] for k in held_terms if k in terms) + run
+            held += sum(1 for k in held_terms if k not in terms)  # fixed at 1
             beyond = max(0, q - problem.horizon)
             needs = [o.leases[f] for o in job.options]
             best = min(needs)
@@ -73,8 +83,7 @@ def solve_mip(
             have = sum(problem.free_cells[g] << (g - i) for g in range(i, levels))
             model += mip.xsum(terms_i) <= have
     for k, used in future.items():
-        taken = problem.reserved[k - 1] if k - 1 < len(problem.reserved) else 0.0
-        model += mip.xsum(used) <= max(0.0, problem.total_gpus - taken)
+        model += mip.xsum(used) <= future_capacity(problem, k)
     model.objective = mip.maximize(mip.xsum(objective))
     built = time.perf_counter()
     if problem.first_feasible:

@@ -6,7 +6,8 @@ module's docstring says what each one means), written straight into coordinate l
 expression objects per term, which is where python-mip's model building spends its time.
 
 Columns, per job in order: ``x[0]`` (binary), ``y[p]`` per option (binary); for an SLO job
-with a reachable deadline, ``x[k]`` for ``k = 1 .. last-1`` (in [0, 1]), then per reachable
+with a reachable deadline, ``x[k]`` for the ``k = 1 .. last-1`` whose capacity row can bind
+(in [0, 1]; the others are fixed at 1, ``milp.binding_terms``), then per reachable
 deadline ``s[f]`` (binary) followed by its ``w[f, p]`` (in [0, 1]). Rows are ranges
 ``lo <= A x <= hi``; HiGHS minimises, so the objective is negated.
 """
@@ -21,7 +22,13 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
 from scipy.sparse import csc_array, csr_array
 
-from controller.policy.unisched.milp import MilpProblem, MilpSolution, feasible_deadlines
+from controller.policy.unisched.milp import (
+    MilpProblem,
+    MilpSolution,
+    binding_terms,
+    feasible_deadlines,
+    future_capacity,
+)
 
 _INF = np.inf
 # Measured on the MILPs of MIX2 runs (docs/unisched.md, "Solver speed"):
@@ -91,13 +98,6 @@ class _Builder:
         self.integer.append(integer)
         return len(self.cost) - 1
 
-    def columns(self, count: int) -> range:
-        """``count`` continuous columns in [0, 1] at no cost."""
-        first = len(self.cost)
-        self.cost.extend([0.0] * count)
-        self.integer.extend([False] * count)
-        return range(first, first + count)
-
     def row(self, cols: list[int], vals: list[float], lo: float, hi: float) -> None:
         self.cols.extend(cols)
         self.vals.extend(vals)
@@ -132,7 +132,9 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
     run: dict[str, int] = {}
     ys: dict[str, range] = {}
     ss: dict[str, list[tuple[int, int]]] = {}
-    for job in problem.jobs:
+    feasible_of = [feasible_deadlines(job, horizon) if job.slo else [] for job in problem.jobs]
+    binding = binding_terms(problem, feasible_of)
+    for job, feasible in zip(problem.jobs, feasible_of, strict=True):
         x0 = run[job.job_id] = b.column(job.now_reward, integer=True)
         y = ys[job.job_id] = range(x0 + 1, x0 + 1 + len(job.options))
         for var, option in zip(y, job.options, strict=True):
@@ -141,17 +143,16 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
                 if count:
                     cell_use[level].append((var, count))  # Eq. 11
         b.row([x0, *y], [-1.0] + [1.0] * len(y), 0.0, 0.0)  # Eq. 13
-        if not job.slo:
-            continue
-        feasible = feasible_deadlines(job, horizon)
         if not feasible:
             continue
         last = min(horizon, max(q for _, q, _ in feasible))
-        terms = b.columns(last - 1)  # relaxed future terms k = 1 .. last-1
-        for k, var in enumerate(terms, start=1):
-            cols, vals = future.setdefault(k, ([], []))
-            cols.append(var)
-            vals.append(float(job.gpus))
+        terms = {}  # relaxed future terms k = 1 .. last-1 whose row can bind; the others are 1
+        for k in range(1, last):
+            if k in binding:
+                var = terms[k] = b.column()
+                cols, vals = future.setdefault(k, ([], []))
+                cols.append(var)
+                vals.append(float(job.gpus))
         chosen = []
         for f, q, value in feasible:
             s = b.column(value, integer=True)  # Eq. 4
@@ -159,7 +160,9 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
             beyond = max(0, q - horizon)
             needs = [o.leases[f] for o in job.options]
             best = min(needs)
-            held = terms[: min(q, horizon) - 1]
+            held_terms = range(1, min(q, horizon))
+            held = [terms[k] for k in held_terms if k in terms]
+            fixed = len(held_terms) - len(held)  # terms fixed at 1
             cols = [*held, x0, s]
             vals = [1.0] * len(held) + [1.0, float(beyond - best)]
             for var, n in zip(y, needs, strict=True):
@@ -168,7 +171,7 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
                     b.row([w, var, s], [1.0, -1.0, -1.0], -1.0, _INF)  # w >= y + s - 1
                     cols.append(w)
                     vals.append(float(best - n))
-            b.row(cols, vals, 0.0, _INF)  # Eqs. 7 and 12
+            b.row(cols, vals, -float(fixed), _INF)  # Eqs. 7 and 12
         b.row([s for _, s in chosen], [1.0] * len(chosen), -_INF, 1.0)  # Eq. 6
         ss[job.job_id] = chosen
     for i in range(levels):  # Eq. 14 over the requested cells (Eq. 11)
@@ -177,8 +180,7 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
             have = sum(problem.free_cells[g] << (g - i) for g in range(i, levels))
             b.row([var for var, _ in entries], [v for _, v in entries], -_INF, float(have))
     for k, (cols, vals) in future.items():
-        taken = problem.reserved[k - 1] if k - 1 < len(problem.reserved) else 0.0
-        b.row(cols, vals, -_INF, max(0.0, problem.total_gpus - taken))
+        b.row(cols, vals, -_INF, future_capacity(problem, k))
     return b.matrices(problem.first_feasible), Columns(run, ys, ss)
 
 

@@ -1,0 +1,97 @@
+"""Future terms whose capacity row cannot bind are fixed at 1 (``milp.binding_terms``): which
+terms those are, by hand, and the same optimum as the full model on random problems."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from controller.policy.unisched import milp_mip, milp_scipy
+from controller.policy.unisched.config import SOLVERS
+from controller.policy.unisched.milp import (
+    MilpJob,
+    MilpProblem,
+    Option,
+    binding_terms,
+    feasible_deadlines,
+    solve,
+)
+
+
+def _slo(job_id: str, gpus: int, need: int, q: int) -> MilpJob:
+    cells = (
+        (0, 0, 0, 1) if gpus == 8 else tuple(int(lv == gpus.bit_length() - 1) for lv in range(4))
+    )
+    return MilpJob(job_id, gpus, (Option(cells, (need,)),), 0.0, ((q, 100.0),), slo=True)
+
+
+def _binding(problem: MilpProblem) -> frozenset[int]:
+    feasible = [feasible_deadlines(j, problem.horizon) if j.slo else [] for j in problem.jobs]
+    return binding_terms(problem, feasible)
+
+
+def test_a_term_binds_only_when_its_jobs_ask_for_more_than_it_has():
+    # a (8 GPUs, Q = 3) may hold terms 1 and 2, b (4 GPUs, Q = 2) term 1 only: term 1 asks
+    # for 12 GPUs, term 2 for 8. Horizon 4, 12 GPUs.
+    jobs = (_slo("a", 8, 2, 3), _slo("b", 4, 1, 2))
+    free = (0, 0, 0, 1)
+    assert _binding(MilpProblem(jobs, free, total_gpus=12, horizon=4)) == frozenset()
+    # 4 GPUs held in term 2 leave exactly 8: still cannot bind; 1 GPU held in term 1 leaves 11
+    held = MilpProblem(jobs, free, total_gpus=12, horizon=4, reserved=(1.0, 4.0, 0.0))
+    assert _binding(held) == {1}
+    assert _binding(MilpProblem(jobs, free, total_gpus=12, horizon=4, reserved=(0, 5.0, 0))) == {2}
+    # a job past every deadline, or a best-effort one, asks for no future term
+    late = (_slo("a", 8, 4, 3), MilpJob("be", 8, (Option(free, (), 1.0),)))
+    assert _binding(MilpProblem(late, free, total_gpus=1, horizon=4)) == frozenset()
+
+
+def test_the_matrices_leave_out_terms_that_cannot_bind():
+    jobs = (_slo("a", 8, 2, 3), _slo("b", 4, 1, 2))
+    roomy = MilpProblem(jobs, (0, 0, 0, 1), total_gpus=12, horizon=4)
+    tight = MilpProblem(jobs, (0, 0, 0, 1), total_gpus=11, horizon=4)
+    # per job x[0], y, s; a's w none (one option); terms: none, or term 1 of both jobs
+    assert milp_scipy.build(roomy)[0].c.size == 6
+    assert milp_scipy.build(tight)[0].c.size == 8
+
+
+def _random_problem(seed: int) -> MilpProblem:
+    rng = random.Random(seed)
+    jobs = []
+    for i in range(14):
+        gpus = rng.choice((1, 2, 4, 8))
+        cells = [(0, 0, 0, 1) if gpus == 8 else tuple(int(2**lv == gpus) for lv in range(4))]
+        if gpus in (2, 4):
+            cells.append((gpus, 0, 0, 0))
+        if rng.random() < 0.7:
+            base = rng.randint(1, 4)
+            deadlines = ((base + rng.randint(0, 3), 100.0), (base + 5, 50.0))
+            options = tuple(Option(c, (base + p, base + p), 0.01 * p) for p, c in enumerate(cells))
+            jobs.append(MilpJob(f"s{i}", gpus, options, 0.05, deadlines, slo=True))
+        else:
+            options = tuple(Option(c, (), rng.uniform(0.1, 0.5)) for c in cells)
+            jobs.append(MilpJob(f"b{i}", gpus, options))
+    reserved = tuple(float(rng.randint(0, 24)) for _ in range(4))
+    free = tuple(rng.randint(0, 2) for _ in range(4))
+    return MilpProblem(
+        tuple(jobs), free, total_gpus=rng.choice((24, 40)), horizon=5, reserved=reserved
+    )
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("seed", range(10))
+def test_the_same_optimum_as_the_model_with_every_term(solver, seed, monkeypatch):
+    problem = _random_problem(seed)
+    reduced = solve(problem, solver)
+    every = frozenset(range(1, problem.horizon))
+    for module in (milp_scipy, milp_mip):
+        monkeypatch.setattr(module, "binding_terms", lambda *_: every)
+    full = solve(problem, solver)
+    assert reduced is not None and full is not None
+    assert reduced.objective == pytest.approx(full.objective, abs=1e-6)
+
+
+def test_the_random_problems_have_terms_both_ways():
+    """The seeds above are worth running: some terms bind and some do not."""
+    bound = [len(_binding(_random_problem(seed))) for seed in range(10)]
+    assert 0 in bound and 4 in bound and any(0 < n < 4 for n in bound)
