@@ -134,10 +134,15 @@ def test_no_jobs(solver):
     assert got is not None and got.run_now == {} and got.objective == 0.0
 
 
-def _random_problem(seed: int) -> MilpProblem:
+def random_problem(
+    seed: int, jobs: int = 12, slo_share: float = 0.5, horizon: int = 4, varied: bool = False
+) -> MilpProblem:
+    """Random jobs of 1-8 GPUs, a share of them SLO jobs with two deadlines. ``varied``: the
+    free cells, the cluster's size and what unexpired leases hold vary too (more often than
+    not with some future terms whose row binds and some whose row cannot)."""
     rng = random.Random(seed)
-    jobs = []
-    for i in range(12):
+    made = []
+    for i in range(jobs):
         gpus = rng.choice((1, 2, 4, 8))
         cells = (
             [(0, 0, 0, 1)]
@@ -146,21 +151,26 @@ def _random_problem(seed: int) -> MilpProblem:
         )
         if gpus in (2, 4):
             cells.append((gpus, 0, 0, 0))
-        if rng.random() < 0.5:
+        if rng.random() < slo_share:
             base = rng.randint(1, 4)
             deadlines = ((base + rng.randint(0, 3), 100.0), (base + 5, 50.0))
             options = tuple(Option(c, (base + p, base + p), 0.01 * p) for p, c in enumerate(cells))
-            jobs.append(MilpJob(f"s{i}", gpus, options, 0.05, deadlines, slo=True))
+            made.append(MilpJob(f"s{i}", gpus, options, 0.05, deadlines, slo=True))
         else:
             options = tuple(Option(c, (), rng.uniform(0.1, 0.5)) for c in cells)
-            jobs.append(MilpJob(f"b{i}", gpus, options))
-    reserved = tuple(float(rng.randint(0, 8)) for _ in range(3))
-    return MilpProblem(tuple(jobs), (1, 1, 1, 1), total_gpus=24, horizon=4, reserved=reserved)
+            made.append(MilpJob(f"b{i}", gpus, options))
+    held = 24 if varied else 8
+    reserved = tuple(float(rng.randint(0, held)) for _ in range(horizon - 1))
+    free, total = (1, 1, 1, 1), 24
+    if varied:
+        free = tuple(rng.randint(0, 2) for _ in range(4))
+        total = rng.choice((24, 40))
+    return MilpProblem(tuple(made), free, total_gpus=total, horizon=horizon, reserved=reserved)
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_every_backend_finds_the_same_optimum(solver, seed):
-    problem = _random_problem(seed)
+    problem = random_problem(seed)
     reference = solve(problem, "cbc")
     got = solve(problem, solver)
     assert reference is not None and got is not None

@@ -3,8 +3,6 @@ terms those are, by hand, and the same optimum as the full model on random probl
 
 from __future__ import annotations
 
-import random
-
 import pytest
 
 from controller.policy.unisched import milp_mip, milp_scipy
@@ -17,6 +15,7 @@ from controller.policy.unisched.milp import (
     feasible_deadlines,
     solve,
 )
+from tests.controller.policy.unisched.test_milp import random_problem
 
 
 def _slo(job_id: str, gpus: int, need: int, q: int) -> MilpJob:
@@ -56,26 +55,7 @@ def test_the_matrices_leave_out_terms_that_cannot_bind():
 
 
 def _random_problem(seed: int) -> MilpProblem:
-    rng = random.Random(seed)
-    jobs = []
-    for i in range(14):
-        gpus = rng.choice((1, 2, 4, 8))
-        cells = [(0, 0, 0, 1) if gpus == 8 else tuple(int(2**lv == gpus) for lv in range(4))]
-        if gpus in (2, 4):
-            cells.append((gpus, 0, 0, 0))
-        if rng.random() < 0.7:
-            base = rng.randint(1, 4)
-            deadlines = ((base + rng.randint(0, 3), 100.0), (base + 5, 50.0))
-            options = tuple(Option(c, (base + p, base + p), 0.01 * p) for p, c in enumerate(cells))
-            jobs.append(MilpJob(f"s{i}", gpus, options, 0.05, deadlines, slo=True))
-        else:
-            options = tuple(Option(c, (), rng.uniform(0.1, 0.5)) for c in cells)
-            jobs.append(MilpJob(f"b{i}", gpus, options))
-    reserved = tuple(float(rng.randint(0, 24)) for _ in range(4))
-    free = tuple(rng.randint(0, 2) for _ in range(4))
-    return MilpProblem(
-        tuple(jobs), free, total_gpus=rng.choice((24, 40)), horizon=5, reserved=reserved
-    )
+    return random_problem(seed, jobs=14, slo_share=0.7, horizon=5, varied=True)
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
