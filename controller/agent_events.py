@@ -333,6 +333,7 @@ class AgentEvents:
                 state.send(node_id, KillCommand(ref, "not a current task of this cluster"))
             return
         self._record_steps(job, task, report)
+        self._record_last_progress(job, task, report)
         if report.state.ended:
             if task.state in LIVE_TASK_STATES:
                 lifecycle.task_ended(state, task, report.state, report.exit_code, report.message)
@@ -345,6 +346,16 @@ class AgentEvents:
             task.state = TaskState.RUNNING
             state.save_tasks(job.id)
             self._maybe_running(job.id)
+
+    def _record_last_progress(self, job: Job, task: Task, report: TaskReport) -> None:
+        """Progress a status carries, where it is newer than the job's (progress reports sent
+        while the controller was away are lost; the agent's statuses, which it sends again on
+        registration, carry the attempt's newest). A live rank-0 attempt only."""
+        progress = report.progress
+        if progress is None or task.rank != 0 or task.state not in LIVE_TASK_STATES:
+            return
+        if progress.iteration > job.iteration:
+            self._progress(job, report.task.attempt, progress)
 
     def _fence_released(self, node_id: str, job_id: str, rank: int, attempt: int) -> None:
         self.state.emit(

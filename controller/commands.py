@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlsched.model import JobSpec, TaskState
+from mlsched.model import JobSpec, Progress, TaskState
 
 
 @dataclass(frozen=True)
@@ -117,3 +117,4 @@ class TaskReport:
     checkpoint_step: int = 0
     restored_step: int = 0
     restored: bool = False  # restored_step is meaningful
+    progress: Progress | None = None  # the attempt's newest progress, as the agent knows it

@@ -417,6 +417,9 @@ def task_report_from_proto(msg: agent_pb2.TaskStatus) -> TaskReport:
         checkpoint_step=msg.checkpoint_step,
         restored_step=msg.restored_step,
         restored=msg.restored,
+        progress=(
+            serde.progress_from_proto(msg.last_progress) if msg.HasField("last_progress") else None
+        ),
     )
 
 

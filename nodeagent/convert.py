@@ -123,6 +123,7 @@ def task_status_to_pb(status: TaskStatusInfo) -> agent_pb2.TaskStatus:
         restored_step=status.restored_step,
         pid=status.pid,
         restored=status.restored,
+        last_progress=None if status.progress is None else progress_to_pb(status.progress),
     )
 
 

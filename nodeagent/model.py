@@ -106,6 +106,7 @@ class TaskStatusInfo:
     restored_step: int = 0
     pid: int = 0
     restored: bool = False  # the trainer reported Restored: restored_step is meaningful
+    progress: ProgressInfo | None = None  # the newest progress of this attempt (None: none)
 
 
 @dataclass(frozen=True)

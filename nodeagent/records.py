@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from nodeagent.model import TaskRef, TaskState, TaskStatusInfo
+from nodeagent.model import ProgressInfo, TaskRef, TaskState, TaskStatusInfo
 from nodeagent.paths import AgentPaths
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,9 @@ class TaskRecord:
     stop_reason: str = ""
     final_unacked: bool = False
     run_uid: int = -1  # the uid the task runs under; -1: the agent's own (nodeagent/taskuser.py)
+    # The newest progress the trainer reported, in memory only (not in the record's file):
+    # every status carries it, so a controller that was away learns an attempt's last progress.
+    last_progress: ProgressInfo | None = field(default=None, compare=False)
 
     @property
     def ref(self) -> TaskRef:
@@ -84,11 +87,13 @@ class TaskRecord:
             restored_step=self.restored_step,
             pid=self.pid,
             restored=self.restored,
+            progress=self.last_progress,
         )
 
     def to_json(self) -> str:
         """Serialise (with a format version)."""
-        return json.dumps({"version": RECORD_VERSION, **dataclasses.asdict(self)}, indent=1)
+        saved = {f.name: getattr(self, f.name) for f in _SAVED_FIELDS}
+        return json.dumps({"version": RECORD_VERSION, **saved}, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> TaskRecord:
@@ -96,7 +101,7 @@ class TaskRecord:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("record is not a JSON object")
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in _SAVED_FIELDS}
         record = cls(**{k: v for k, v in data.items() if k in names})
         record.rank, record.attempt, record.pid = (
             int(record.rank),
@@ -104,6 +109,9 @@ class TaskRecord:
             int(record.pid),
         )
         return record
+
+
+_SAVED_FIELDS = tuple(f for f in dataclasses.fields(TaskRecord) if f.name != "last_progress")
 
 
 def fsync_dir(directory: Path) -> None:

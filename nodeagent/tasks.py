@@ -605,8 +605,10 @@ class TaskManager:
     def on_progress(self, ref: TaskRef, progress: ProgressInfo) -> None:
         """A trainer reported progress."""
         with self._lock:
-            if ref not in self._live:
+            task = self._live.get(ref)
+            if task is None:
                 return
+            task.record.last_progress = progress
         self._relay.offer(ref, progress)
 
     def on_checkpoint(self, ref: TaskRef, step: int, path: str) -> None:

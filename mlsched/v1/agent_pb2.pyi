@@ -30,7 +30,7 @@ class TaskRef(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., rank: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class TaskStatus(_message.Message):
-    __slots__ = ("task", "state", "exit_code", "message", "checkpoint_step", "restored_step", "pid", "restored")
+    __slots__ = ("task", "state", "exit_code", "message", "checkpoint_step", "restored_step", "pid", "restored", "last_progress")
     TASK_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,7 @@ class TaskStatus(_message.Message):
     RESTORED_STEP_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     RESTORED_FIELD_NUMBER: _ClassVar[int]
+    LAST_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     task: TaskRef
     state: _common_pb2.TaskState
     exit_code: int
@@ -47,7 +48,8 @@ class TaskStatus(_message.Message):
     restored_step: int
     pid: int
     restored: bool
-    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.TaskState, str]] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., pid: _Optional[int] = ..., restored: _Optional[bool] = ...) -> None: ...
+    last_progress: _common_pb2.Progress
+    def __init__(self, task: _Optional[_Union[TaskRef, _Mapping]] = ..., state: _Optional[_Union[_common_pb2.TaskState, str]] = ..., exit_code: _Optional[int] = ..., message: _Optional[str] = ..., checkpoint_step: _Optional[int] = ..., restored_step: _Optional[int] = ..., pid: _Optional[int] = ..., restored: _Optional[bool] = ..., last_progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ...) -> None: ...
 
 class RegisterAgent(_message.Message):
     __slots__ = ("node_id", "address", "hostname", "gpus", "cpu_count", "memory_total_bytes", "tasks", "agent_version", "self_fence_margin_s")

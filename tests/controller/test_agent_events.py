@@ -172,6 +172,36 @@ def test_ended_report_at_registration_ends_the_task_and_is_acked(cluster):
     assert len([e for e in c.store.events_after(0, job.id) if e.kind == "task_ended"]) == 1
 
 
+def test_an_attempt_that_ended_while_the_controller_was_away_keeps_its_last_progress(cluster):
+    # The progress reports of its last minutes went nowhere; the status the agent repeats at
+    # registration carries the newest one, which lands before the job completes.
+    c = cluster
+    c.add_node("n1", 2)
+    job = running_on(c, "n1", gpus=2)
+    c.events.progress("n1", job.id, 0, 1, progress(100, 0.5, accuracy=0.7))
+    last = progress(1500, 0.125, accuracy=0.9)
+    rank1 = c.report_of(job.id, 1, TaskState.COMPLETED, progress=progress(1499, 9.0))
+    rank0 = c.report_of(job.id, 0, TaskState.COMPLETED, progress=last)
+    c.add_node("n1", 2, reports=[rank1, rank0])
+    assert job.state is JobState.COMPLETED
+    assert job.iteration == 1500
+    assert job.metrics == {"accuracy": 0.9, "loss": 0.125}
+    assert c.store.load().jobs[job.id].iteration == 1500
+
+
+def test_a_status_never_takes_the_job_back_to_older_progress(cluster):
+    c = cluster
+    c.add_node("n1", 1)
+    job = running_on(c, "n1")
+    c.events.progress("n1", job.id, 0, 1, progress(200, 0.25))
+    samples = list(job.speed_samples)
+    c.events.task_status("n1", c.report_of(job.id, 0, TaskState.RUNNING, progress=progress(150, 1)))
+    c.events.task_status("n1", c.report_of(job.id, 0, TaskState.RUNNING, progress=progress(200, 1)))
+    assert (job.iteration, job.metrics["loss"], job.speed_samples) == (200, 0.25, samples)
+    c.events.task_status("n1", c.report_of(job.id, 0, TaskState.RUNNING, progress=progress(250, 1)))
+    assert (job.iteration, job.metrics["loss"]) == (250, 1.0)
+
+
 def test_repeated_ended_status_is_idempotent(cluster):
     c = cluster
     c.add_node("n1", 1)

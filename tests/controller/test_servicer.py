@@ -638,3 +638,17 @@ def test_jobs_survive_a_controller_restart(connect: Callable[[Path], Api], tmp_p
     seqs = [e.seq for e in second.events()]
     assert seqs == sorted(set(seqs))  # the event feed continues, no reused numbers
     assert len([e for e in second.events() if e.kind == "controller_started"]) == 2
+
+
+def test_a_task_status_brings_its_last_progress_or_none() -> None:
+    from controller.servicer import task_report_from_proto
+
+    ref = agent_pb2.TaskRef(job_id="j", rank=0, attempt=1)
+    progress = common_pb2.Progress(iteration=1500, loss=0.125, metrics={"accuracy": 0.9})
+    running = common_pb2.TASK_STATE_RUNNING
+    report = task_report_from_proto(
+        agent_pb2.TaskStatus(task=ref, state=running, last_progress=progress)
+    )
+    assert report.progress is not None
+    assert (report.progress.iteration, report.progress.metrics) == (1500, {"accuracy": 0.9})
+    assert task_report_from_proto(agent_pb2.TaskStatus(task=ref, state=running)).progress is None

@@ -143,6 +143,38 @@ def test_controller_killed_mid_run_loses_and_duplicates_nothing(
     assert len(pids_before) == 2
 
 
+def test_a_job_that_ends_while_the_controller_is_down_keeps_its_last_progress(
+    make_cluster, example_spec, wait_job, ended
+):
+    """The trainer finishes while no controller runs (the test waits for its process to exit,
+    however long that takes), so every progress report of its last stretch goes nowhere; the
+    status the agent repeats at registration carries the last one. Self-fencing and the lease
+    are far off (600 s) so that the job may finish on a slow machine too."""
+    cluster = make_cluster(
+        ClusterTiming(
+            lease_s=600.0,
+            cycle_s=0.3,
+            heartbeat_interval_s=0.5,
+            heartbeat_timeout_s=600.0,
+            suspend_grace_s=15.0,
+        ),
+        nodes={"node-a": 1},
+    )
+    with cluster.client("alice") as client:
+        job = client.submit(example_spec("ends-alone", stopping=IterationStop(300)))
+        wait_job(cluster, client, job.id, lambda j: j.state is JobState.RUNNING)
+        [pid] = _training_pids(cluster)
+    cluster.kill_controller(signal.SIGKILL)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        psutil.Process(pid).wait(timeout=300)
+    cluster.start_controller()
+    with cluster.client("alice") as client:
+        done = wait_job(cluster, client, job.id, ended, timeout_s=120)
+    assert done.state is JobState.COMPLETED, done.message
+    assert done.iteration == 300
+    assert done.attempt == 1 and done.suspensions == 0
+
+
 def test_dead_node_tasks_resume_from_checkpoint_elsewhere(
     make_cluster, example_spec, wait_job, ended
 ):

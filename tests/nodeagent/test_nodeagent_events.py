@@ -9,7 +9,14 @@ from nodeagent_testkit import FakeClock
 
 from nodeagent import convert
 from nodeagent.events import EventLoop, PeriodicEvent
-from nodeagent.model import ProgressInfo, StopCommand, SuspendCommand, TaskRef
+from nodeagent.model import (
+    ProgressInfo,
+    StopCommand,
+    SuspendCommand,
+    TaskRef,
+    TaskState,
+    TaskStatusInfo,
+)
 from nodeagent.progress import ProgressRelay
 from nodeagent.trainer_channel import ChannelClosed, TrainerChannel
 
@@ -87,6 +94,17 @@ def test_progress_conversion_keeps_the_compute_time() -> None:
     request = convert.progress_request(TaskRef("j", 0, 2), info)
     assert request.progress.progress.compute_time_s == 0.125
     assert convert.progress_from_pb(type(message)(iteration=3)).compute_time_s == 0.0  # old shim
+
+
+def test_a_status_carries_the_newest_progress_on_the_wire() -> None:
+    progress = ProgressInfo(iteration=1500, loss=0.125, metrics={"accuracy": 0.9})
+    ref = TaskRef("j", 0, 1)
+    status = convert.task_status_to_pb(TaskStatusInfo(ref, TaskState.COMPLETED, progress=progress))
+    assert status.HasField("last_progress")
+    assert convert.progress_from_pb(status.last_progress) == progress
+    assert not convert.task_status_to_pb(TaskStatusInfo(ref, TaskState.RUNNING)).HasField(
+        "last_progress"
+    )
 
 
 def test_trainer_channel_queue_takeover_and_sticky_commands() -> None:

@@ -95,6 +95,24 @@ def test_launch_wiring(setup: tuple[TaskManager, Events, RecordingSpawn, AgentPa
     assert log.read_text() == "=== attempt 3 on node node-a ===\nhi\n"
 
 
+def test_statuses_carry_the_newest_progress_to_the_final_one(
+    setup: tuple[TaskManager, Events, RecordingSpawn, AgentPaths],
+) -> None:
+    """Every status carries the attempt's newest progress, the final one too (what a controller
+    that was away learns the last progress from); the record's file does not keep it."""
+    tasks, events, _, paths = setup
+    ref = TaskRef("j-1", 0, 1)
+    tasks.launch(LaunchRequest(ref, (sys.executable, "-c", "pass"), gpu_indices=(0,)))
+    assert events.statuses[-1].progress is None
+    tasks.on_progress(ref, ProgressInfo(iteration=7, loss=0.5))
+    tasks.on_progress(ref, ProgressInfo(iteration=9, loss=0.25))  # the child is not polled yet
+    wait_until(lambda: (tasks.poll(), events.statuses[-1].state is TaskState.COMPLETED)[1])
+    assert events.statuses[-1].progress == ProgressInfo(iteration=9, loss=0.25)
+    [final] = [s for s in tasks.statuses() if s.ref == ref]
+    assert final.progress == ProgressInfo(iteration=9, loss=0.25)
+    assert "last_progress" not in paths.record_file(ref).read_text()
+
+
 def test_launch_failures_are_reported_failed(
     setup: tuple[TaskManager, Events, RecordingSpawn, AgentPaths], tmp_path: Path
 ) -> None:

@@ -68,7 +68,10 @@ def test_the_same_optimum_as_the_model_with_every_term(solver, seed, monkeypatch
         monkeypatch.setattr(module, "binding_terms", lambda *_: every)
     full = solve(problem, solver)
     assert reduced is not None and full is not None
-    assert reduced.objective == pytest.approx(full.objective, abs=1e-6)
+    # HiGHS through scipy closes the gap; python-mip's backends stop within their default
+    # relative gap (1e-4), and which solution each finds may depend on the machine's timing
+    gap = 0.0 if solver == "scipy" else 1e-4
+    assert reduced.objective == pytest.approx(full.objective, rel=gap, abs=1e-6)
 
 
 def test_the_random_problems_have_terms_both_ways():
