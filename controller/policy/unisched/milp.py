@@ -133,8 +133,9 @@ def binding_terms(
     capacity. In any other term every such job can hold its GPUs (``x[k] = 1``) at no cost,
     and ``x[k]`` enters no other row but Eqs. 7 and 12, where more terms only help. So the
     backends fix those ``x[k]`` at 1 and leave out their columns and row: the same optimum
-    (and the same LP relaxation) in a smaller model. On full MIX2 at C120 no term's row
-    could bind in most large models (docs/unisched.md, *Solver speed*)."""
+    (and the same LP relaxation) in a smaller model. On full MIX2 at C120 it helps the
+    lighter cycles: in 404 of the 469 models of 5,000 columns or more every term's row could
+    bind (docs/unisched.md, *Solver speed*)."""
     demand: dict[int, int] = {}
     for job, deadlines in zip(problem.jobs, feasible, strict=True):
         if not deadlines:
