@@ -116,6 +116,11 @@ def feasible_deadlines(job: MilpJob, horizon: int) -> list[tuple[int, int, float
     return found
 
 
+def feasible_per_job(problem: MilpProblem) -> list[list[tuple[int, int, float]]]:
+    """:func:`feasible_deadlines` of each job in order (none for a best-effort job)."""
+    return [feasible_deadlines(j, problem.horizon) if j.slo else [] for j in problem.jobs]
+
+
 def future_capacity(problem: MilpProblem, k: int) -> float:
     """GPUs the candidates may plan on in future term ``k >= 1``: the cluster, less what SLO
     jobs on unexpired leases hold then."""

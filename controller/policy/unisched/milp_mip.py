@@ -12,7 +12,7 @@ from controller.policy.unisched.milp import (
     MilpProblem,
     MilpSolution,
     binding_terms,
-    feasible_deadlines,
+    feasible_per_job,
     future_capacity,
 )
 
@@ -31,9 +31,7 @@ def solve_mip(
     x0: dict[str, mip.Var] = {}
     ys: dict[str, list[mip.Var]] = {}
     ss: dict[str, list[tuple[int, mip.Var]]] = {}
-    feasible_of = [
-        feasible_deadlines(job, problem.horizon) if job.slo else [] for job in problem.jobs
-    ]
+    feasible_of = feasible_per_job(problem)
     binding = binding_terms(problem, feasible_of)
     for job, feasible in zip(problem.jobs, feasible_of, strict=True):
         run = x0[job.job_id] = model.add_var(var_type=mip.BINARY)

@@ -26,7 +26,7 @@ from controller.policy.unisched.milp import (
     MilpProblem,
     MilpSolution,
     binding_terms,
-    feasible_deadlines,
+    feasible_per_job,
     future_capacity,
 )
 
@@ -132,7 +132,7 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
     run: dict[str, int] = {}
     ys: dict[str, range] = {}
     ss: dict[str, list[tuple[int, int]]] = {}
-    feasible_of = [feasible_deadlines(job, horizon) if job.slo else [] for job in problem.jobs]
+    feasible_of = feasible_per_job(problem)
     binding = binding_terms(problem, feasible_of)
     for job, feasible in zip(problem.jobs, feasible_of, strict=True):
         x0 = run[job.job_id] = b.column(job.now_reward, integer=True)

@@ -12,7 +12,7 @@ from controller.policy.unisched.milp import (
     MilpProblem,
     Option,
     binding_terms,
-    feasible_deadlines,
+    feasible_per_job,
     solve,
 )
 from tests.controller.policy.unisched.test_milp import random_problem
@@ -26,8 +26,7 @@ def _slo(job_id: str, gpus: int, need: int, q: int) -> MilpJob:
 
 
 def _binding(problem: MilpProblem) -> frozenset[int]:
-    feasible = [feasible_deadlines(j, problem.horizon) if j.slo else [] for j in problem.jobs]
-    return binding_terms(problem, feasible)
+    return binding_terms(problem, feasible_per_job(problem))
 
 
 def test_a_term_binds_only_when_its_jobs_ask_for_more_than_it_has():
