@@ -50,7 +50,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import leastsq
 
 from mlsched.model import MetricGoal
 
@@ -339,6 +338,8 @@ def _refine(
 
     sine = 2 * (start - family.low) / (family.high - family.low) - 1
     p0 = np.arcsin(np.clip(sine, -_EDGE, _EDGE)) + 2 * math.pi
+    from scipy.optimize import leastsq  # on first use: half a second off every process start
+
     p = leastsq(
         residuals,
         p0,

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
-from scipy.optimize import nnls
 
 from controller.policy.base import ClusterSnapshot, Decision, JobView
 from controller.policy.ones_deploy import carry_out, held, least
@@ -234,6 +233,8 @@ class OnesPolicy:
             return None
         ms = np.array(sorted(points), dtype=float)
         ts = np.array([points[m] for m in sorted(points)])
+        from scipy.optimize import nnls  # on first use (process start)
+
         (alpha, beta), _ = nnls(np.column_stack([np.ones_like(ms), ms]), ts)
         return (float(alpha), float(beta)) if alpha > 0 or beta > 0 else None
 

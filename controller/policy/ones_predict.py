@@ -20,12 +20,14 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.gaussian_process import GaussianProcessRegressor
-from sklearn.gaussian_process.kernels import RBF, ConstantKernel, Kernel, WhiteKernel
 from threadpoolctl import threadpool_limits
+
+if TYPE_CHECKING:
+    from sklearn.gaussian_process import GaussianProcessRegressor
+    from sklearn.gaussian_process.kernels import Kernel
 
 PRIOR = 0.5  # ours: the progress assumed before any job has completed
 LOW, HIGH = 0.02, 0.98  # predicted means are clipped into this range
@@ -99,6 +101,12 @@ class ProgressModel:
         """Refit on the current set (at least two points with distinct labels)."""
         if self._gp is not None or len(set(self._y)) < 2:
             return
+        # scikit-learn on first use: it costs a controller about a second to import, and only
+        # ONES fits this model
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.gaussian_process import GaussianProcessRegressor
+        from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+
         kernel = self._kernel or ConstantKernel(1.0) * RBF(np.ones(5)) + WhiteKernel(1e-2)
         gp = GaussianProcessRegressor(kernel, normalize_y=True, random_state=0)
         x = np.asarray(self._x)

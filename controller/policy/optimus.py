@@ -31,7 +31,6 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
-from scipy.optimize import nnls
 
 from controller.policy.base import ClusterSnapshot, Decision, JobView
 from controller.policy.slaq_predict import fit_loss, strawman
@@ -49,6 +48,8 @@ def iteration_time(job: JobView) -> tuple[float, float, float]:
     if len(samples) >= 3:
         gs = np.array(sorted(samples), dtype=float)
         ts = np.array([samples[int(g)] for g in gs])
+        from scipy.optimize import nnls  # on first use (process start)
+
         theta, _ = nnls(np.column_stack([np.ones_like(gs), 1.0 / gs, gs]), ts)
         return float(theta[0]), float(theta[1]), float(theta[2])
     if samples:

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
 GAMMA_MAX = 10.0  # §3.2: gamma in [1, 10] (1: no overlap of compute and sync)
 GRID = 48  # batches tried per allocation by the bounded search (geometric grid)
@@ -118,6 +117,8 @@ def fit(points: Sequence[Point]) -> Params:
     lower = [1.0 if n == "gamma" else 0.0 for n in free]
     upper = [GAMMA_MAX if n == "gamma" else np.inf for n in free]
     x0 = np.clip([start[n] for n in free], np.add(lower, 1e-9), np.subtract(upper, 1e-9))
+    from scipy.optimize import least_squares  # on first use (process start)
+
     result = least_squares(residual, x0, bounds=(lower, upper), method="trf")
     return build(result.x)
 

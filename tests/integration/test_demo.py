@@ -55,7 +55,9 @@ def test_the_fifo_lease_demo_passes_every_check(capsys):
 
 
 def test_the_story_holds_when_the_examples_are_much_faster(capsys):
-    code, summary = run(capsys, scenario=faster(SCENARIOS["fifo-lease"]()))
+    # ... and when the lease is short beside what starting a trainer costs on a loaded
+    # machine (4 s against the README's 10 s): the story must not need time to spare either.
+    code, summary = run(capsys, scenario=faster(SCENARIOS["fifo-lease"]()), lease_s=4.0)
     assert code == 0, summary["checks"]
     assert all(summary["checks"].values())
 

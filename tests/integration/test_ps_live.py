@@ -5,9 +5,11 @@ One node with two (virtual) GPUs. The PS job arrives alone and ``chic`` gives it
 arrival changes the job set: the PS job's share becomes one GPU, so it is suspended
 (checkpoint through its servers) and resumed from that checkpoint on 1 worker and 2 PS, while
 the DDP job starts on the other GPU. When the PS job completes, the DDP job (elastic 1-2 GPUs)
-is alone: suspended and resumed from its checkpoint on both GPUs. The DDP job has no budget
-it can reach, so the order never depends on speed: the test stops it (``mlsched stop``: it
-completes with its model) once it trains on two GPUs. Waits on job states and events only.
+is alone: suspended and resumed from its checkpoint on both GPUs. Neither job has a budget it
+can reach, so the order never depends on speed (with a budget of 300 steps the PS job once
+finished before the DDP job's arrival had it resized): the test stops each (``mlsched stop``:
+it completes with its model) once it has seen what it waits for, the PS job once it trains on
+its new shape, the DDP job once it trains on two GPUs. Waits on job states and events only.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ TIMING = ClusterTiming(
 )
 # Small role vectors: the node's real cores (this machine has 2) hold 2 workers and 2 PS.
 PS = PsSpec(1, 2, 1, 2, RoleResources(1, 0.25, 0.25), RoleResources(0, 0.25, 0.25))
-ITERATIONS = 300
 FOREVER = IterationStop(10**9)
 # Five training processes share this machine's cores, so the node's CPU runs above MLFS' h_r
 # and its agent would ask to move tasks: with no other host, each request sends the PS job back
@@ -53,7 +54,7 @@ def test_a_ps_job_and_a_ddp_job_are_resized_through_checkpoints_and_complete(
 ):
     cluster = make_cluster(TIMING, nodes={"node-a": 2}, policy="chic", agent_flags=AGENT_FLAGS)
     args = ("--checkpoint-every", "100", "--eval-every", "100")
-    base = example_spec("ps-resnet50", "ps_classifier.py", 1, IterationStop(ITERATIONS), *args)
+    base = example_spec("ps-resnet50", "ps_classifier.py", 1, FOREVER, *args)
     ps_spec = JobSpec(**{**base.__dict__, "ps": PS})
     ddp = example_spec("ddp", "ddp_classifier.py", 2, FOREVER)
     ddp = JobSpec(**{**ddp.__dict__, "elastic": ElasticSpec(1, 2), "batch_size": 128})
@@ -69,7 +70,20 @@ def test_a_ps_job_and_a_ddp_job_are_resized_through_checkpoints_and_complete(
             timeout_s=300,
         )
         ddp_job = client.submit(ddp)
-        ps_done = wait_job(cluster, client, ps_job.id, ended, timeout_s=600)
+        resized = wait_job(
+            cluster,
+            client,
+            ps_job.id,
+            lambda j: (
+                j.state is JobState.RUNNING
+                and j.resumes
+                and j.resumes[-1].restored_step is not None
+                and j.iteration > j.resumes[-1].restored_step
+            ),
+            timeout_s=600,
+        )
+        client.stop(ps_job.id, "enough")
+        ps_done = wait_job(cluster, client, ps_job.id, ended, timeout_s=300)
         grown = wait_job(
             cluster,
             client,
@@ -88,7 +102,7 @@ def test_a_ps_job_and_a_ddp_job_are_resized_through_checkpoints_and_complete(
     # PS job: 2 workers + 1 PS, then resized to 1 worker + 2 PS from its checkpoint
     assert ps_launches[:2] == [(2, 1), (1, 2)]
     assert ps_done.state is JobState.COMPLETED, ps_done.message
-    assert ps_done.iteration == ITERATIONS
+    assert ps_done.iteration >= resized.iteration
     resize = ps_done.resumes[0]
     assert resize.checkpoint_step > 0 and resize.restored_step == resize.checkpoint_step
     # DDP job: one GPU beside the PS job, then both GPUs from its checkpoint

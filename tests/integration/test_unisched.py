@@ -19,7 +19,7 @@ from mlsched.model import Deadline, IterationStop, JobClass, JobState
 pytestmark = pytest.mark.integration
 
 DEADLINE_S = 120.0
-FIFO_DEADLINE_S = 30.0
+FIFO_DEADLINE_S = 8.0
 TIMING = ClusterTiming(
     lease_s=4.0,  # BE lease; UniSched's SLO lease is twice that
     cycle_s=0.3,

@@ -17,10 +17,13 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, OptimizeResult, milp
 from scipy.sparse import csc_array, csr_array
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
 
 from controller.policy.unisched.milp import (
     MilpProblem,
@@ -211,6 +214,10 @@ def highs_options(m: Matrices, time_limit_s: float) -> dict[str, object]:
 def run_highs(m: Matrices, options: dict[str, object]) -> OptimizeResult:
     """``scipy.optimize.milp`` (HiGHS) on the matrices, maximising, with ``options``
     as given (HiGHS's own names pass through; scipy's warning about them is silenced)."""
+    # scipy.optimize on the first solve: it costs every process that imports the policies
+    # (the controller, the CLI) half a second, and most never solve a MILP
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     constraints = LinearConstraint(m.a, m.lo, m.hi) if m.lo.size else None
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Unrecognized options", RuntimeWarning)
