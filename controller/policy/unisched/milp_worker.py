@@ -16,6 +16,9 @@ from __future__ import annotations
 import os
 from multiprocessing.connection import Connection
 
+# Loaded before "ready" (milp_scipy imports it on first use): no timed solve pays for it.
+import scipy.optimize  # noqa: F401
+
 from controller.policy.unisched.milp import solve
 from controller.policy.unisched.milp_scipy import Matrices, solve_matrices
 
