@@ -6,10 +6,10 @@ setting*).
 
 SIMULATE-ARGS are ``mlsched simulate``'s (``--trace``, ``--limit``, ``--cluster``,
 ``--mlfs-features``, ``--mlfs-param`` ...). The trace is loaded once; MLF-H and ``mlf-rl``
-with each model (``shipped``: the model in the package, unless ``--skip-shipped``) go over the
-same jobs, each with every ``--candidates`` setting: the most candidates a step offers the
-network (``MlfRlPolicy.max_candidates``): ``default`` (the model's training queue), ``all`` (no
-window) or a number.
+with each model (``shipped``: the packaged model ``mlsched simulate`` runs in this setting,
+unless ``--skip-shipped``) go over the same jobs, each with every ``--candidates`` setting: the
+most candidates a step offers the network (``MlfRlPolicy.max_candidates``): ``default`` (the
+model's training queue), ``all`` (no window) or a number.
 Per policy it prints the average JCT, R^slo, the Eq. 7 total with its objectives g1..g5
 (``simulator.rltrain``: what training maximises) and the wall time, and each model's JCT
 and Eq. 7 against MLF-H's (``--json``: the same figures as one JSON object).
@@ -26,7 +26,13 @@ from pathlib import Path
 from controller.policy.mlfs.config import MlfsConfig
 from controller.policy.mlfs.rl.policy import MlfRlPolicy
 from mlsched.gctune import tune_for_cycles
-from simulator.cli import PreparedRun, add_simulate_command, prepare_run, run_policy
+from simulator.cli import (
+    PreparedRun,
+    add_simulate_command,
+    prepare_run,
+    run_policy,
+    with_setting_model,
+)
 from simulator.engine import Simulation
 from simulator.metrics import compute_metrics
 from simulator.rltrain import episode_objectives, episode_reward
@@ -89,7 +95,9 @@ def main(argv: list[str]) -> int:
     run = prepare_run(args)
     tune_for_cycles()
     rows = {"mlf-h": measure(run, "mlf-h", None)}
+    shipped = with_setting_model(run, ["mlf-rl"], args.mlfs_features).mlfs_model
     for label, path in models.items():
+        path = shipped if label == "shipped" else path
         for window in windows:
             tag = label if window == "default" else f"{label}, {window} a step"
             rows[f"mlf-rl ({tag})"] = measure(run, "mlf-rl", path, window)

@@ -7,7 +7,7 @@ import importlib.util
 import random
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from controller.policy import available_policies, make_policy
@@ -375,11 +375,7 @@ def mlfs_model_warning(
     from controller.policy.mlfs.rl.network import load_model  # imports torch
 
     _, meta = load_model(run.mlfs_model)
-    try:
-        trained_shape = parse_cluster(str(meta["cluster"])) if "cluster" in meta else None
-    except ValueError:
-        trained_shape = None
-    differences = setting_differences(meta, run.shape, trained_shape, mlfs_features, run.mlfs)
+    differences = _model_differences(meta, run, mlfs_features)
     if not differences:
         return None
     which = "the shipped model" if run.mlfs_model is None else f"model {run.mlfs_model}"
@@ -389,6 +385,32 @@ def mlfs_model_warning(
         "worse than MLF-H here; `mlsched mlfs-train` makes one for this setting and "
         "--mlfs-model runs it (docs/mlfs.md, *A model per setting*)"
     )
+
+
+def with_setting_model(
+    run: PreparedRun, policies: Sequence[str], mlfs_features: bool
+) -> PreparedRun:
+    """``run`` with the shipped MLF-RL model trained for exactly its setting (cluster, MLFS
+    features, parameters) when ``policies`` run an MLF-RL network and no ``--mlfs-model`` was
+    given; else ``run`` as it is (the default model, or the file asked for). Raises ModelError
+    for a shipped file that cannot be loaded."""
+    if run.mlfs_model is not None or not any(p in RL_POLICIES for p in policies):
+        return run
+    from controller.policy.mlfs.rl.network import SETTING_MODEL_PATHS, load_model  # torch
+
+    for path in SETTING_MODEL_PATHS:
+        _, meta = load_model(path)
+        if not _model_differences(meta, run, mlfs_features):
+            return replace(run, mlfs_model=path)
+    return run
+
+
+def _model_differences(meta: dict, run: PreparedRun, mlfs_features: bool) -> list[str]:
+    try:
+        trained_shape = parse_cluster(str(meta["cluster"])) if "cluster" in meta else None
+    except ValueError:
+        trained_shape = None
+    return setting_differences(meta, run.shape, trained_shape, mlfs_features, run.mlfs)
 
 
 def interference_model(option: str | None) -> Interference | None:
@@ -416,7 +438,7 @@ def run_policy(
 def run_cell(args: argparse.Namespace, policy: str) -> dict:
     """One (trace, cluster, density, policy) cell as ``mlsched simulate`` runs it: the
     :func:`compute_metrics` dict, plus ``"speed_model"`` (which speed model ran)."""
-    run = prepare_run(args)
+    run = with_setting_model(prepare_run(args), [policy], getattr(args, "mlfs_features", False))
     metrics = compute_metrics(run_policy(run, policy))
     metrics[SPEED_MODEL_KEY] = run.model.speed_model.to_json()
     return metrics
@@ -427,7 +449,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         policies = parse_policies(args.policy)
         if args.ablations:
             policies += [name for name in UNISCHED_ABLATIONS if name not in policies]
-        run = prepare_run(args)
+        run = with_setting_model(prepare_run(args), policies, args.mlfs_features)
         model_warning = mlfs_model_warning(run, policies, args.mlfs_features)
     except (TraceError, UnknownModel, ValueError, OSError) as exc:  # ModelError: a ValueError
         print(f"mlsched simulate: {exc}", file=sys.stderr)

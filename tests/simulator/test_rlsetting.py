@@ -4,13 +4,17 @@ that file, and the simulator warns when a model meets a setting it was not train
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from controller.policy import make_policy
 from controller.policy.mlfs.config import MlfsConfig, changed_params
+from controller.policy.mlfs.rl.network import DEFAULT_MODEL_PATH, SETTING_MODEL_PATHS, load_model
 from mlsched.cli import main
+from simulator.cli import add_simulate_command, prepare_run, with_setting_model
 from simulator.engine import ClusterShape
 from simulator.rlsetting import setting_differences
 from tests.simulator.test_rltrain import TINY
@@ -88,6 +92,37 @@ def test_the_shipped_model_is_named_when_it_meets_another_setting(
     ), err
     assert main(["simulate", "--trace", str(trace), "--quiet", "--policy", "fifo"]) == 0
     assert capsys.readouterr().err == ""  # no MLF-RL network runs: nothing to say
+
+
+def test_the_simulator_runs_the_shipped_model_trained_for_its_setting(
+    trace: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # C120 without MLFS features under the paper's parameters: the full traces' setting, for
+    # which a model trained on long queues is shipped beside the default one
+    (c120,) = SETTING_MODEL_PATHS
+    assert load_model(c120)[1]["cluster"] == "C120"
+    args = ["simulate", "--trace", str(trace), "--cluster", "C120", "--quiet"]
+    run = prepare_run(simulate_args([*args, "--policy", "mlf-rl"]))
+    assert with_setting_model(run, ["fifo", "mlfs"], False).mlfs_model == c120
+    assert with_setting_model(run, ["fifo"], False).mlfs_model is None  # no network runs
+    assert with_setting_model(run, ["mlf-rl"], True).mlfs_model is None  # features: default
+    other = replace(run, mlfs=MlfsConfig(gamma_w=0.0))
+    assert with_setting_model(other, ["mlf-rl"], False).mlfs_model is None
+    asked = replace(run, mlfs_model=DEFAULT_MODEL_PATH)
+    assert with_setting_model(asked, ["mlf-rl"], False).mlfs_model == DEFAULT_MODEL_PATH
+    assert main([*args, "--policy", "mlf-rl"]) == 0
+    assert capsys.readouterr().err == ""  # trained for this setting: nothing to warn about
+    assert main([*args, "--policy", "mlf-rl", "--mlfs-features"]) == 0
+    assert "runs the shipped model, trained on 10x8 GPUs, this run has 120x8" in (
+        capsys.readouterr().err
+    )
+
+
+def simulate_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_simulate_command(parser.add_subparsers())
+    return parser.parse_args(argv)
 
 
 @pytest.mark.parametrize(
