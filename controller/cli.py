@@ -85,6 +85,13 @@ def add_controller_command(subparsers: argparse._SubParsersAction) -> None:
         "shipped one (docs/mlfs.md, *A model per setting*)",
     )
     p.add_argument(
+        "--slaq-pause-s",
+        type=float,
+        metavar="SECONDS",
+        help="the pause a GPU change costs a job (suspend and resume) that slaq and "
+        "slaq-maxmin assume until that job's own is measured [25; docs/slaq.md]",
+    )
+    p.add_argument(
         "--lease-seconds",
         type=float,
         default=300.0,
@@ -203,6 +210,8 @@ def run_controller(args: argparse.Namespace) -> int:
     ):
         if value <= 0:
             raise SystemExit(f"mlsched: {name} must be positive")
+    if args.slaq_pause_s is not None and not args.slaq_pause_s >= 0:
+        raise SystemExit("mlsched: --slaq-pause-s must not be negative")
     if not args.retain_finished >= 0:
         raise SystemExit("mlsched: --retain-finished must not be negative")
     if args.http_listen:
@@ -222,6 +231,7 @@ def run_controller(args: argparse.Namespace) -> int:
         policy=args.policy,
         mlfs=mlfs,
         mlfs_model=args.mlfs_model,
+        slaq_pause_s=args.slaq_pause_s,
         http_listen=args.http_listen,
         heartbeat_interval_s=args.heartbeat_interval,
         settings=ControllerSettings(

@@ -67,6 +67,7 @@ class ControllerConfig:
     policy: str = DEFAULT_POLICY
     mlfs: MlfsConfig | None = None  # MLF-H / MLF-RL / MLFS parameters; None: the paper's (§4.1)
     mlfs_model: Path | None = None  # MLF-RL / MLFS network (mlsched mlfs-train); None: shipped
+    slaq_pause_s: float | None = None  # SLAQ's assumed restart pause; None: its default
     settings: ControllerSettings = field(default_factory=ControllerSettings)
     heartbeat_interval_s: float = 5.0
     store_url: str = ""  # "": SQLite in state_dir; postgresql://... (controller.store)
@@ -84,7 +85,9 @@ class Controller:
     def __init__(
         self, config: ControllerConfig, clock: Clock | None = None, policy: Policy | None = None
     ) -> None:
-        policy = policy or make_policy(config.policy, config.mlfs, config.mlfs_model)
+        policy = policy or make_policy(
+            config.policy, config.mlfs, config.mlfs_model, config.slaq_pause_s
+        )
         if needs_job_truth(policy):
             raise ValueError(
                 f"policy {policy.name!r} needs every job's true duration and speeds, which only"

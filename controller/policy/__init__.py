@@ -23,15 +23,19 @@ if TYPE_CHECKING:
 
 
 def make_policy(
-    name: str, mlfs: "MlfsConfig | None" = None, mlfs_model: "Path | None" = None
+    name: str,
+    mlfs: "MlfsConfig | None" = None,
+    mlfs_model: "Path | None" = None,
+    slaq_pause_s: float | None = None,
 ) -> Policy:
     """A new policy of that name (``controller/policy/registry.py``; imported on first use, so
     that naming policies, as ``mlsched --help`` does, imports none of them). ``mlfs``: MLF-H's,
     MLF-RL's and MLFS' parameters (None: the paper's); ``mlfs_model``: the network file of
-    MLF-RL and MLFS (None: the shipped one)."""
+    MLF-RL and MLFS (None: the shipped one); ``slaq_pause_s``: SLAQ's assumed restart pause
+    (None: its default)."""
     from controller.policy.registry import make_policy as make
 
-    return make(name, mlfs, mlfs_model)
+    return make(name, mlfs, mlfs_model, slaq_pause_s)
 
 
 __all__ = [

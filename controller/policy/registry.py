@@ -165,12 +165,20 @@ _MLFS_FACTORIES: dict[str, Callable[[MlfsConfig], Policy]] = {
 
 
 def make_policy(
-    name: str, mlfs: MlfsConfig | None = None, mlfs_model: Path | None = None
+    name: str,
+    mlfs: MlfsConfig | None = None,
+    mlfs_model: Path | None = None,
+    slaq_pause_s: float | None = None,
 ) -> Policy:
     """A new policy object of that name; ValueError naming the valid ones. ``mlfs``: the
     parameters of MLF-H, MLF-RL and MLFS (others ignore it); None: the paper's defaults.
     ``mlfs_model``: the network MLF-RL and MLFS load (``mlsched mlfs-train``; others ignore
-    it); None: the shipped one."""
+    it); None: the shipped one. ``slaq_pause_s``: the restart pause SLAQ assumes for a job
+    until its own is measured (others ignore it); None: ``slaq.RESIZE_PAUSE_S``."""
+    if slaq_pause_s is not None and name in ("slaq", "slaq-maxmin"):
+        if not slaq_pause_s >= 0:
+            raise ValueError(f"slaq_pause_s must not be negative, got {slaq_pause_s}")
+        return _Slaq(maxmin=name == "slaq-maxmin", pause_s=slaq_pause_s)
     if mlfs_model is not None and name in RL_POLICIES:
         return _mlf_rl(RL_POLICIES[name], name, mlfs, mlfs_model)
     if mlfs is not None and name in _MLFS_FACTORIES:

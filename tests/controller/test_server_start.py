@@ -194,3 +194,42 @@ def test_a_missing_mlfrl_model_refuses_to_start(tmp_path):
             "--listen", "127.0.0.1:0", "--state-dir", str(tmp_path / "state"),
             "--join-token", "t" * 32, "--policy", "mlf-rl", "--mlfs-model", str(missing),
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("policy", ["slaq", "slaq-maxmin"])
+def test_the_controller_gives_slaq_the_restart_pause_it_is_told(tmp_path, policy):
+    config = ControllerConfig(
+        listen="127.0.0.1:0",
+        state_dir=tmp_path / "state",
+        join_token="t" * 32,
+        policy=policy,
+        slaq_pause_s=2.5,
+    )
+    controller = Controller(config, clock=ManualClock(1_000.0))
+    controller.start()
+    try:
+        policy_object = controller.scheduler.policy
+        assert policy_object.pause_s == 2.5 and policy_object.name == policy
+        assert policy_object.maxmin == (policy == "slaq-maxmin")
+    finally:
+        controller.stop()
+
+
+def test_slaq_keeps_its_default_pause_and_other_policies_ignore_the_setting():
+    from controller.policy import make_policy
+    from controller.policy.slaq import RESIZE_PAUSE_S
+
+    assert make_policy("slaq").pause_s == RESIZE_PAUSE_S == 25.0
+    assert make_policy("fifo", slaq_pause_s=3.0).name == "fifo"
+    with pytest.raises(ValueError, match=r"slaq_pause_s must not be negative, got -1\.0"):
+        make_policy("slaq", slaq_pause_s=-1.0)
+
+
+def test_a_negative_slaq_pause_refuses_to_start(tmp_path):
+    state = tmp_path / "state"
+    with pytest.raises(SystemExit, match="mlsched: --slaq-pause-s must not be negative"):
+        run_controller_cli(
+            "--listen", "127.0.0.1:0", "--state-dir", str(state),
+            "--join-token", "t" * 32, "--policy", "slaq", "--slaq-pause-s", "-1",
+        )  # fmt: skip
+    assert not state.exists()

@@ -38,8 +38,10 @@ def make_cluster(tmp_path: Path) -> Iterator[Callable[..., LocalCluster]]:
         nodes: dict[str, int] | None = None,
         policy: str = "fifo-lease",
         agent_flags: list[str] | None = None,
+        controller_extra: tuple[str, ...] = (),
     ) -> LocalCluster:
-        cluster = LocalCluster(tmp_path / f"cluster{len(clusters)}", timing, policy)
+        root = tmp_path / f"cluster{len(clusters)}"
+        cluster = LocalCluster(root, timing, policy, controller_extra=controller_extra)
         clusters.append(cluster)
         cluster.start_controller()
         nodes = {"node-a": 1, "node-b": 1} if nodes is None else nodes

@@ -13,10 +13,11 @@ from mlsched.localcluster import ClusterTiming
 from mlsched.model import BatchRule, ElasticSpec, Event, MetricGoal, TargetMetricStop
 
 # SLAQ moves a GPU only when the epoch (a lease) outweighs the pause it assumes for a resize
-# before one is measured (25 s, controller/policy/slaq.py): a grow from 1 to 2 GPUs pays when
-# 2 (L - 25) > L, so the lease here is 60 s.
+# before one is measured: a grow from 1 to 2 GPUs pays when 2 (L - pause) > L. The controller
+# runs with SLAQ_PAUSE_S (`--slaq-pause-s`; 25 s by default), so a 20-s lease is enough.
+SLAQ_PAUSE_S = 2.0
 SLAQ_TIMING = ClusterTiming(
-    lease_s=60.0,
+    lease_s=20.0,
     cycle_s=0.5,
     heartbeat_interval_s=0.5,
     heartbeat_timeout_s=10.0,

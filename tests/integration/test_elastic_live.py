@@ -8,11 +8,11 @@ import json
 import re
 
 import pytest
-from elastic_kit import AGENT_FLAGS, SLAQ_TIMING, describe, job_events, loss_job
+from elastic_kit import AGENT_FLAGS, SLAQ_PAUSE_S, SLAQ_TIMING, describe, job_events, loss_job
 
 from mlsched.model import JobState
 
-PREDICTION = re.compile(r"reduction over the next 60 s ([0-9.]+) on (\d) GPUs against ([0-9.]+)")
+PREDICTION = re.compile(r"reduction over the next 20 s ([0-9.]+) on (\d) GPUs against ([0-9.]+)")
 
 
 @pytest.mark.timeout(1200)
@@ -26,7 +26,8 @@ def test_slaq_moves_a_gpu_at_a_lease_boundary_to_the_job_whose_loss_still_falls(
     # 1e-5, keeps them far from their floor at the boundary however fast this machine trains:
     # at 1e-4 an unloaded run had them near it by then (accuracy 0.99 later), SLAQ saw no gain
     # worth a move, and the test waited out its 600 s.
-    cluster = make_cluster(SLAQ_TIMING, nodes={}, policy="slaq")
+    extra = ("--slaq-pause-s", str(SLAQ_PAUSE_S))
+    cluster = make_cluster(SLAQ_TIMING, nodes={}, policy="slaq", controller_extra=extra)
     plateau = loss_job(example_spec, "plateau", 2, "--hidden", "4", "--lr", "0.01")
     falling = [
         loss_job(example_spec, f"falling-{i}", 1, "--lr", "0.00001", "--seed", str(i))
