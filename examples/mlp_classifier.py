@@ -24,6 +24,7 @@ import os
 import time
 
 import torch
+from pace import Pace  # examples/pace.py, next to this script
 from progress import Progress  # examples/progress.py, next to this script
 from synthetic import spirals  # examples/synthetic.py, next to this script
 from torch import nn
@@ -46,6 +47,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-iterations", type=int, default=2000, help="unless the job spec sets a criterion"
     )
     p.add_argument("--target-accuracy", type=float, default=None, help="stop once reached")
+    p.add_argument(
+        "--max-steps-per-second",
+        type=float,
+        default=0.0,
+        help="pace the loop to at most this many steps a second (0: flat out; examples/pace.py)",
+    )
     p.add_argument("--checkpoint-dir", default=None, help="local mode only")
     p.add_argument("--resume", action="store_true", help="local mode: resume from the newest")
     return p.parse_args(argv)
@@ -104,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         test_x, test_y = test_x.to(device), test_y.to(device)
         loss_value = float("nan")
 
+        pace = Pace(args.max_steps_per_second)
         while not job.should_stop():  # a batch change is applied in here (rescale)
             started = time.perf_counter()
             index = torch.randint(len(train_x), (batch_size,)).to(device)
@@ -133,6 +141,7 @@ def main(argv: list[str] | None = None) -> None:
             if step % args.checkpoint_every == 0:
                 job.save_checkpoint(step, model, optimizer=optimizer, extra=extra)
                 saved_step = step
+            pace.rest()
 
         if job.suspend_reason is None and step != saved_step:
             extra = {"progress": progress.saved()}

@@ -59,6 +59,10 @@ DEMO_TIMEOUT_S = 170.0
 # estimator's iteration count for the UniSched scenario.
 UNTIL_STOPPED = 10_000_000
 POLL_S = 0.5  # how often the demo reads the jobs' state (it waits for states, not for time)
+# The jobs' step rate: paced (examples/pace.py), the training processes leave this machine's
+# cores to the controller and agents whose story the demo tells. The story waits for states,
+# so it holds at any rate (tests/integration/test_demo.py runs it flat out too).
+STEPS_PER_SECOND = 20
 
 JobList = list[tuple[Job, list[Task]]]
 Check = Callable[[JobList], bool]
@@ -88,7 +92,14 @@ def _spec(
 ) -> JobSpec:
     return JobSpec(
         name=name,
-        command=(sys.executable, str(EXAMPLES / script), "--seed", str(seed)),
+        command=(
+            sys.executable,
+            str(EXAMPLES / script),
+            "--seed",
+            str(seed),
+            "--max-steps-per-second",
+            str(STEPS_PER_SECOND),
+        ),
         gpus=gpus,
         gpus_per_process=gpus_per_process,
         stopping=IterationStop(UNTIL_STOPPED),
