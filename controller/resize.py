@@ -192,6 +192,11 @@ def order(
     if job is None or not job.state.active:
         log.info("resize of %s skipped: the job is not running", item.job_id)
         return False
+    if job.stop_requested:  # its trainer is finishing with a final checkpoint: no new shape
+        log.info("resize of %s skipped: %s", job.id, job.stop_requested)
+        lease = item.lease_s if math.isfinite(item.lease_s) and item.lease_s > 0 else None
+        lifecycle.renew(state, job, lease or state.settings.lease_s)
+        return True
     placement = tuple(sorted(item.placement, key=lambda p: p.rank))
     current = tuple(
         TaskPlacement(t.rank, t.node_id, tuple(t.gpu_indices))

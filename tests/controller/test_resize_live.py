@@ -241,3 +241,23 @@ def test_an_in_place_change_the_script_ignores_is_given_up_after_a_lease(cluster
     c.sink.clear()
     resize(c, job, tp(0, "n1", 0), batch=96)  # the job may be resized again
     assert [cmd.batch_size for _, cmd in c.sink.of(BatchSizeCommand)] == [96]
+
+
+def test_a_job_a_user_has_stopped_is_not_resized(cluster, caplog):
+    # Seen live (ONES): a batch change ordered after `mlsched stop`, while the trainer was
+    # saving its final checkpoint. The stop ends the job; no new shape is started.
+    c = cluster
+    c.add_node("n1", 2)
+    job = elastic_job(c, 2, BatchRule.SCHEDULER, max_batch_size=256)
+    start(c, job, tp(0, "n1", 0), tp(1, "n1", 1))
+    c.jobs.stop("alice", job.id, "seen enough")
+    c.sink.clear()
+    with caplog.at_level(logging.INFO, logger="controller.resize"):
+        resize(c, job, tp(0, "n1", 0), tp(1, "n1", 1), batch=128)
+    assert c.sink.of(BatchSizeCommand) == [] and c.sink.of(SuspendCommand) == []
+    assert messages(c, job, "resize_ordered") == []
+    assert c.job(job.id).state is JobState.RUNNING
+    assert c.job(job.id).lease_expires_at == c.clock.now() + 10.0
+    assert f"resize of {job.id} skipped: stopped by alice: seen enough" in [
+        r.getMessage() for r in caplog.records
+    ]
