@@ -44,7 +44,11 @@ class ControllerSettings:
     cycle_s: float = 5.0
     heartbeat_timeout_s: float = 30.0
     suspend_grace_s: float = 30.0
-    master_port_range: tuple[int, int] = (29500, 39499)
+    # Below Linux's ephemeral ports (32768-60999 by default): a port the kernel gives to a
+    # listener on port 0 or to an outgoing connection on the node of rank 0 can then never take
+    # a job's rendezvous port (seen: a controller on port 0 got 38641, a job's pick in the old
+    # 29500-39499 range, and the job failed with EADDRINUSE).
+    master_port_range: tuple[int, int] = (29500, 32767)
     # How long a submit's request id is remembered: a retry within it returns the same job.
     submit_request_retention_s: float = 24 * 3600.0
     # Finished jobs and events older than this move to the store's archive and out of memory

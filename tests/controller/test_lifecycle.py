@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from controller import lifecycle
@@ -543,3 +545,15 @@ def test_master_port_is_in_range_and_shared_by_all_tasks(make_cluster):
     launch(c, job, tp(0, "n1", 0), tp(1, "n1", 1), tp(2, "n2", 0), tp(3, "n2", 1))
     assert 40000 <= job.master_port <= 40009
     assert {cmd.master_port for _, cmd in c.sink.sent} == {job.master_port}
+
+
+def test_the_default_rendezvous_ports_lie_below_the_kernels_ephemeral_ports():
+    # A listener on port 0 (a controller, an agent's trainer service) or an outgoing connection
+    # gets an ephemeral port; one inside the rendezvous range once took a job's port.
+    ephemeral = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    if not ephemeral.exists():
+        pytest.skip("no Linux ephemeral port range here")
+    first_ephemeral = int(ephemeral.read_text().split()[0])
+    low, high = ControllerSettings().master_port_range
+    assert (low, high) == (29500, 32767)
+    assert high < first_ephemeral
