@@ -12,7 +12,9 @@ from elastic_kit import AGENT_FLAGS, SLAQ_PAUSE_S, SLAQ_TIMING, describe, job_ev
 
 from mlsched.model import JobState
 
-PREDICTION = re.compile(r"reduction over the next 20 s ([0-9.]+) on (\d) GPUs against ([0-9.]+)")
+PREDICTION = re.compile(
+    rf"reduction over the next {SLAQ_TIMING.lease_s:g} s ([0-9.]+) on (\d) GPUs against ([0-9.]+)"
+)
 
 
 @pytest.mark.timeout(1200)
