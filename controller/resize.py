@@ -192,9 +192,9 @@ def order(
     if job is None or not job.state.active:
         log.info("resize of %s skipped: the job is not running", item.job_id)
         return False
+    lease = item.lease_s if math.isfinite(item.lease_s) and item.lease_s > 0 else None
     if job.stop_requested:  # its trainer is finishing with a final checkpoint: no new shape
         log.info("resize of %s skipped: %s", job.id, job.stop_requested)
-        lease = item.lease_s if math.isfinite(item.lease_s) and item.lease_s > 0 else None
         lifecycle.renew(state, job, lease or state.settings.lease_s)
         return True
     placement = tuple(sorted(item.placement, key=lambda p: p.rank))
@@ -212,7 +212,6 @@ def order(
     if problem is None and placement != current:
         problem, passes = target_problem(state, book, job.id, placement)
         problem = None if passes else problem  # GPUs still being given up are waited for
-    lease = item.lease_s if math.isfinite(item.lease_s) and item.lease_s > 0 else None
     if problem is not None:
         log.warning("resize of %s not made: %s", job.id, problem)
         lifecycle.renew(state, job, lease or state.settings.lease_s)
