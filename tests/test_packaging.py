@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 import sys
-from importlib.metadata import version
+from importlib.metadata import distributions, version
 from pathlib import Path
 
 import pytest
@@ -44,6 +44,26 @@ def test_every_dependency_and_dev_tool_is_pinned_in_the_constraints():
         wanted += [r for r in extra if not r.startswith("mlsched")]
     missing = sorted({_name(r) for r in wanted} - set(_pins()))
     assert missing == [], f"add these to constraints.txt: {missing}"
+
+
+def test_what_the_pinned_packages_require_is_pinned_too():
+    # A package pulled in by a pinned one and left out of constraints.txt is installed at
+    # whatever was released that morning (joblib 1.6 began to require cloudpickle, unpinned
+    # here until 2026-11-29). Read from the installed packages' own metadata.
+    from packaging.requirements import Requirement
+
+    pins = _pins()
+    unpinned = set()
+    for dist in distributions():
+        if _name(dist.metadata["Name"]) not in pins:
+            continue
+        for line in dist.requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+                continue  # another platform's or an extra's requirement
+            if _name(requirement.name) not in pins:
+                unpinned.add(f"{_name(requirement.name)} (for {dist.metadata['Name']})")
+    assert sorted(unpinned) == [], "add these to constraints.txt"
 
 
 def test_the_constraints_pin_torch_as_the_readme_installs_it():
