@@ -31,7 +31,10 @@ DEFAULT_HIDDEN = 64
 DEFAULT_MODEL_PATH = Path(__file__).with_name("default_model.pt")
 # Shipped models for other settings, each run by the simulator where its recorded setting is the
 # run's exactly (simulator.cli.with_setting_model; docs/mlfs.md, *Shipped models*)
-SETTING_MODEL_PATHS = (Path(__file__).with_name("c120_no_features_model.pt"),)
+SETTING_MODEL_PATHS = (
+    Path(__file__).with_name("c120_no_features_model.pt"),
+    Path(__file__).with_name("c120_features_model.pt"),
+)
 
 
 class ModelError(ValueError):
