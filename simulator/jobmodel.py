@@ -247,6 +247,8 @@ class TraceJobModel:
         self._table_path: str | None = None  # set by from_model_info
         self._t2_cache: dict[tuple[str | None, int], dict[int, float]] = {}
         self._speed_cache: dict[tuple[str | None, int, int, int], float] = {}
+        # (tag, job id) -> _unit_hash: the engine asks for a job's curve every cycle
+        self._hash_cache: dict[tuple[str, str], float] = {}
 
     @classmethod
     def from_model_info(
@@ -381,11 +383,19 @@ class TraceJobModel:
         if not job.performance_based:
             return 1.0
         lo, hi = self.stop_fraction_range
-        return lo + (hi - lo) * _unit_hash(self.seed, "stop", job.id)
+        return lo + (hi - lo) * self._unit("stop", job.id)
 
     def curve(self, job: TraceJob) -> CurveParams:
         """The job's learning curve, over the fraction of its full duration."""
-        return self.curves[int(_unit_hash(self.seed, "curve", job.id) * len(self.curves))]
+        return self.curves[int(self._unit("curve", job.id) * len(self.curves))]
+
+    def _unit(self, tag: str, job_id: str) -> float:
+        """:func:`_unit_hash` under this model's seed, computed once per (tag, job)."""
+        key = (tag, job_id)
+        value = self._hash_cache.get(key)
+        if value is None:
+            value = self._hash_cache[key] = _unit_hash(self.seed, tag, job_id)
+        return value
 
     def target_metric(self, job: TraceJob) -> float | None:
         """The accuracy a performance-based job stops at; None for iteration-based jobs."""
