@@ -148,3 +148,22 @@ def test_mlfrl_against_mlfh_on_a_slice():
     same = {k: v for k, v in rows["mlf-rl (shipped)"].items() if k != "wall_s"}
     for label in list(rows)[2:]:
         assert same == {k: v for k, v in rows[label].items() if k != "wall_s"}
+
+
+def test_ablation_grid_puts_each_cell_under_its_setting(tmp_path):
+    grid = load_script("ablation_grid")
+
+    def record(folder: str, trace: str, policy: str, r_slo: float, be_jct_s: float) -> None:
+        metrics = {"r_slo": r_slo, "jct_s": {"best_effort": {"avg": be_jct_s}}}
+        body = {"trace_name": f"trace_job_Philly_{trace}", "policy": policy, "status": "ok"}
+        path = tmp_path / folder / f"{trace}_{policy}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({**body, "metrics": metrics}))
+
+    record("sweep_c120_ablations", "MIX1", "unisched", 0.0138, 19572.0)  # 326.2 min
+    record("sweep_c96_d16", "MIX1", "unisched-feasible", 0.0723, 66816.0)  # 1,113.6 min
+    lines = grid.table(grid.read_cells(tmp_path)).splitlines()
+    assert lines[0] == "| trace | variant | C120 d1.0 | C96 d1.0 | C120 d1.6 | C96 d1.6 |"
+    assert lines[2] == "| MIX1 | unisched | 1.38 % / 326.2 | - | - | - |"
+    assert lines[7] == "| MIX1 | feasible | - | - | - | 7.23 % / 1,113.6 |"
+    assert len(lines) == 2 + 7  # one trace, every variant
