@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from simulator.cli import UNISCHED_ABLATIONS
 from simulator.sweep import read_record
 
 SETTINGS = {  # column label -> the sweep's --out folder
@@ -21,15 +22,7 @@ SETTINGS = {  # column label -> the sweep's --out folder
     "C120 d1.6": "sweep_c120_d16",
     "C96 d1.6": "sweep_c96_d16",
 }
-VARIANTS = (
-    "unisched",
-    "unisched-no-sr",
-    "unisched-no-iter",
-    "unisched-roundup",
-    "unisched-static-profiler",
-    "unisched-feasible",
-    "oracle",
-)
+VARIANTS = ("unisched", *UNISCHED_ABLATIONS)
 
 
 def read_cells(root: Path) -> dict[tuple[str, str, str], tuple[float, float]]:
