@@ -142,12 +142,38 @@ def binding_terms(
     lighter cycles: in 404 of the 469 models of 5,000 columns or more every term's row could
     bind (docs/unisched.md, *Solver speed*)."""
     demand: dict[int, int] = {}
+    horizon = problem.horizon
     for job, deadlines in zip(problem.jobs, feasible, strict=True):
-        if not deadlines:
+        rows = [q for f, q, _ in deadlines if needs_terms(job, f, q, horizon)]
+        if not rows:
             continue
-        for k in range(1, min(problem.horizon, max(q for _, q, _ in deadlines))):
+        for k in range(1, min(horizon, max(rows))):
             demand[k] = demand.get(k, 0) + job.gpus
     return frozenset(k for k, used in demand.items() if used > future_capacity(problem, k))
+
+
+def needs_terms(job: MilpJob, f: int, q: int, horizon: int, fixed: int = 0) -> bool:
+    """Whether the Eqs. 7/12 row of job's deadline f (``q`` terms away) can fail.
+
+    The terms beyond the horizon (``q - horizon``) and ``fixed`` terms before the deadline
+    held at 1 (:func:`binding_terms`) count as the job's own. When they cover what its slowest
+    allocation needs there, the row holds whatever the other variables are, and the
+    deadline's ``x[k]`` and ``w`` enter nothing else that they could help; so the backends
+    leave out the row, its ``w`` and the future terms only it would use (the same optimum in
+    a smaller model: on full MIX2 at C120 most SLO jobs' deadlines are this far away)."""
+    return max(o.leases[f] for o in job.options) > max(0, q - horizon) + fixed
+
+
+def term_rows(
+    job: MilpJob, feasible: Sequence[tuple[int, int, float]], horizon: int, binding: frozenset[int]
+) -> list[tuple[int, int, float]]:
+    """The deadlines of ``feasible`` whose Eqs. 7/12 row the backends write
+    (:func:`needs_terms`, the terms before each that are not ``binding`` counted as held)."""
+    return [
+        (f, q, value)
+        for f, q, value in feasible
+        if needs_terms(job, f, q, horizon, sum(k not in binding for k in range(1, min(q, horizon))))
+    ]
 
 
 def _check_cells(problem: MilpProblem, solution: MilpSolution) -> None:

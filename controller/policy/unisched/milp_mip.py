@@ -14,6 +14,7 @@ from controller.policy.unisched.milp import (
     binding_terms,
     feasible_per_job,
     future_capacity,
+    term_rows,
 )
 
 
@@ -47,7 +48,8 @@ def solve_mip(
                     cell_use[level].append(count * var)  # Eq. 11
         if not feasible:
             continue
-        last = min(problem.horizon, max(q for _, q, _ in feasible))
+        rows = term_rows(job, feasible, problem.horizon, binding)  # the others cannot fail
+        last = min(problem.horizon, max((q for _, q, _ in rows), default=1))
         # Future terms are a plan, re-solved every cycle; only term 0 is carried out. They are
         # relaxed to [0, 1] (a rolling-horizon choice of ours that keeps the MILP small); a
         # term whose capacity row cannot bind is fixed at 1 (milp.binding_terms).
@@ -59,6 +61,8 @@ def solve_mip(
             s = model.add_var(var_type=mip.BINARY)
             chosen.append((f, s))
             objective.append(value * s)  # Eq. 4
+            if (f, q, value) not in rows:
+                continue
             held_terms = range(1, min(q, problem.horizon))
             held = mip.xsum(terms[k] for k in held_terms if k in terms) + run
             held += sum(1 for k in held_terms if k not in terms)  # fixed at 1

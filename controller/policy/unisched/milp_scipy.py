@@ -5,10 +5,12 @@ The same variables, rows and objective as the python-mip build in ``milp.py`` (E
 module's docstring says what each one means), written straight into coordinate lists: no
 expression objects per term, which is where python-mip's model building spends its time.
 
-Columns, per job in order: ``x[0]`` (binary), ``y[p]`` per option (binary); for an SLO job
+Columns, per job in order: ``x[0]`` (binary), ``y[p]`` per option (binary; a job of one
+option has no ``y``: Eq. 13 makes ``y[0] = x[0]``, so ``x[0]`` stands for both); for an SLO job
 with a reachable deadline, ``x[k]`` for the ``k = 1 .. last-1`` whose capacity row can bind
-(in [0, 1]; the others are fixed at 1, ``milp.binding_terms``), then per reachable
-deadline ``s[f]`` (binary) followed by its ``w[f, p]`` (in [0, 1]). Rows are ranges
+(in [0, 1]; the others are fixed at 1, ``milp.binding_terms``) and serve a deadline row
+that can fail (``milp.term_rows``), then per reachable deadline ``s[f]`` (binary) followed,
+when its row is written, by its ``w[f, p]`` (in [0, 1]). Rows are ranges
 ``lo <= A x <= hi``; HiGHS minimises, so the objective is negated.
 """
 
@@ -31,6 +33,7 @@ from controller.policy.unisched.milp import (
     binding_terms,
     feasible_per_job,
     future_capacity,
+    term_rows,
 )
 
 _INF = np.inf
@@ -138,17 +141,23 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
     feasible_of = feasible_per_job(problem)
     binding = binding_terms(problem, feasible_of)
     for job, feasible in zip(problem.jobs, feasible_of, strict=True):
-        x0 = run[job.job_id] = b.column(job.now_reward, integer=True)
-        y = ys[job.job_id] = range(x0 + 1, x0 + 1 + len(job.options))
+        if len(job.options) == 1:  # Eq. 13 makes y[0] = x[0]: one column for both
+            x0 = run[job.job_id] = b.column(job.now_reward + job.options[0].reward, True)
+            y = ys[job.job_id] = range(x0, x0 + 1)
+        else:
+            x0 = run[job.job_id] = b.column(job.now_reward, integer=True)
+            y = ys[job.job_id] = range(x0 + 1, x0 + 1 + len(job.options))
+            for option in job.options:
+                b.column(option.reward, integer=True)
+            b.row([x0, *y], [-1.0] + [1.0] * len(y), 0.0, 0.0)  # Eq. 13
         for var, option in zip(y, job.options, strict=True):
-            b.column(option.reward, integer=True)
             for level, count in enumerate(option.cells):
                 if count:
                     cell_use[level].append((var, count))  # Eq. 11
-        b.row([x0, *y], [-1.0] + [1.0] * len(y), 0.0, 0.0)  # Eq. 13
         if not feasible:
             continue
-        last = min(horizon, max(q for _, q, _ in feasible))
+        rows = term_rows(job, feasible, horizon, binding)  # the others cannot fail
+        last = min(horizon, max((q for _, q, _ in rows), default=1))
         terms = {}  # relaxed future terms k = 1 .. last-1 whose row can bind; the others are 1
         for k in range(1, last):
             if k in binding:
@@ -160,6 +169,8 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
         for f, q, value in feasible:
             s = b.column(value, integer=True)  # Eq. 4
             chosen.append((f, s))
+            if (f, q, value) not in rows:
+                continue
             beyond = max(0, q - horizon)
             needs = [o.leases[f] for o in job.options]
             best = min(needs)
