@@ -161,7 +161,9 @@ def needs_terms(job: MilpJob, f: int, q: int, horizon: int, fixed: int = 0) -> b
     deadline's ``x[k]`` and ``w`` enter nothing else that they could help; so the backends
     leave out the row, its ``w`` and the future terms only it would use (the same optimum in
     a smaller model: on full MIX2 at C120 most SLO jobs' deadlines are this far away)."""
-    return max(o.leases[f] for o in job.options) > max(0, q - horizon) + fixed
+    options = job.options
+    slowest = options[0].leases[f] if len(options) == 1 else max([o.leases[f] for o in options])
+    return slowest > max(0, q - horizon) + fixed
 
 
 def term_rows(
@@ -169,11 +171,14 @@ def term_rows(
 ) -> list[tuple[int, int, float]]:
     """The deadlines of ``feasible`` whose Eqs. 7/12 row the backends write
     (:func:`needs_terms`, the terms before each that are not ``binding`` counted as held)."""
-    return [
-        (f, q, value)
-        for f, q, value in feasible
-        if needs_terms(job, f, q, horizon, sum(k not in binding for k in range(1, min(q, horizon))))
-    ]
+    rows = []
+    for f, q, value in feasible:
+        if not needs_terms(job, f, q, horizon):  # most rows are left out here, at no count
+            continue
+        fixed = sum(k not in binding for k in range(1, min(q, horizon)))  # held at 1
+        if needs_terms(job, f, q, horizon, fixed):
+            rows.append((f, q, value))
+    return rows
 
 
 def _check_cells(problem: MilpProblem, solution: MilpSolution) -> None:

@@ -38,16 +38,18 @@ from controller.policy.unisched.milp import (
 
 _INF = np.inf
 # Measured on the MILPs of MIX2 runs (docs/unisched.md, "Solver speed"):
-# * HiGHS's presolve saves a quarter of the solve time on models under ~1,500 columns but took
-#   most of a second on the largest ones (over 4,000 columns: twice the time of a solve
-#   without it, and twice the solves cut off by the time limit), so it runs on small models;
+# * presolve off: :func:`build` already leaves out what it removed here (one column per job of
+#   one allocation, deadline rows that cannot fail); on the 1,557 models of a full MIX2 run
+#   built so, presolve on models of at most 2,000 columns (the rule before) took 21.2 s
+#   against 7.4 s without it on those 511 models, the same objectives on all 1,557 (and on
+#   the largest it took most of a second, twice the time of a solve without it);
 # * the feasibility-jump heuristic and symmetry detection cost a fixed ~5 ms a solve (a 3-job
 #   model took 7 ms, 1.5 ms without them) and found nothing the search did not: off, a
 #   quarter less solver time over a sample of full-MIX2 models, the same objectives;
 # * a gap of 0: at the default relative gap (1e-4, as CBC's) HiGHS stopped with best-effort
 #   rewards of 0.2-0.5 left on the table when the SLO rewards add up to 10^4-10^5.
-_PRESOLVE_MAX_COLUMNS = 2000
 _OPTIONS: dict[str, object] = {
+    "presolve": False,
     "mip_rel_gap": 0.0,
     "mip_heuristic_run_feasibility_jump": False,
     "mip_detect_symmetry": False,
@@ -186,7 +188,8 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
                     cols.append(w)
                     vals.append(float(best - n))
             b.row(cols, vals, -float(fixed), _INF)  # Eqs. 7 and 12
-        b.row([s for _, s in chosen], [1.0] * len(chosen), -_INF, 1.0)  # Eq. 6
+        if len(chosen) > 1:  # (one s: its bound)
+            b.row([s for _, s in chosen], [1.0] * len(chosen), -_INF, 1.0)  # Eq. 6
         ss[job.job_id] = chosen
     for i in range(levels):  # Eq. 14 over the requested cells (Eq. 11)
         entries = [(var, float(n << (g - i))) for g in range(i, levels) for var, n in cell_use[g]]
@@ -216,7 +219,6 @@ def solve_matrices(m: Matrices, time_limit_s: float = 1.0) -> MatrixAnswer:
 def highs_options(m: Matrices, time_limit_s: float) -> dict[str, object]:
     """The options :func:`solve_matrices` gives HiGHS for ``m``."""
     options: dict[str, object] = {"time_limit": time_limit_s, **_OPTIONS}
-    options["presolve"] = m.c.size <= _PRESOLVE_MAX_COLUMNS
     if m.first_feasible:
         options["mip_max_improving_sols"] = 1  # HiGHS's own option, passed on verbatim
     return options

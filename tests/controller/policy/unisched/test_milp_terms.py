@@ -52,7 +52,7 @@ def test_the_matrices_leave_out_terms_that_cannot_bind():
     roomy = MilpProblem(jobs, (0, 0, 0, 1), total_gpus=12, horizon=4)
     tight = MilpProblem(jobs, (0, 0, 0, 1), total_gpus=11, horizon=4)
     # per job x[0] (standing for y: one option) and s; no w (one option); terms: none, or
-    # term 1 of both jobs
+    # term 1 of both jobs; rows: Eq. 6 over one s is its bound, not a row
     assert milp_scipy.build(roomy)[0].c.size == 4
     assert milp_scipy.build(tight)[0].c.size == 6
 
@@ -121,9 +121,9 @@ def test_a_far_deadline_needs_no_terms():
     problem = MilpProblem(jobs, (0, 0, 0, 1), total_gpus=7, horizon=4)
     assert _binding(problem) == {1, 2}  # "far" holds no term, so term 3 cannot bind
     m, _ = milp_scipy.build(problem)
-    # far: x[0], s; near: x[0], x[1], x[2], s. Rows: Eq. 6 of each, near's Eq. 7, Eq. 14 at
-    # four levels, the capacity of terms 1 and 2
-    assert m.c.size == 6 and m.a.shape[0] == 9
+    # far: x[0], s; near: x[0], x[1], x[2], s. Rows: near's Eq. 7, Eq. 14 at four levels,
+    # the capacity of terms 1 and 2 (Eq. 6 over one s is its bound)
+    assert m.c.size == 6 and m.a.shape[0] == 7
     for solver in SOLVERS:
         got = solve(problem, solver)
         assert got is not None and got.run_now == {"near": 0}
