@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller.estimator.duration import duration_s
@@ -66,14 +67,19 @@ class JobEstimator:
             return self.view.estimated_remaining_s
         return self.remaining_iterations
 
-    def slo_leases(self, run_s: float, lease_s: float, terms_to_deadline: int) -> int:
-        """Lease terms an SLO job needs before a deadline ``terms_to_deadline`` away: Eq. 1
-        with Eq. 3's T_sr (n terms running within m = the terms to the deadline)."""
+    def slo_leases_before(
+        self, run_s: float, lease_s: float, terms: Sequence[int]
+    ) -> tuple[int, ...]:
+        """Lease terms an SLO job needs before each of its deadlines, ``terms`` lease terms
+        away: Eq. 1 with Eq. 3's T_sr (n terms running within m = the terms to the deadline)."""
         n = max(1, math.ceil(run_s / lease_s))
         if not self.config.sr_aware:
-            return n
-        m = max(n, terms_to_deadline)
-        return max(1, math.ceil(duration_s(sr_overhead_slo(n, m, self.t_sr), 1, run_s) / lease_s))
+            return (n,) * len(terms)
+        t_sr = self.t_sr
+        return tuple(
+            max(1, math.ceil(duration_s(sr_overhead_slo(n, max(n, q), t_sr), 1, run_s) / lease_s))
+            for q in terms
+        )
 
     def best_effort_remaining_s(self, run_s: float, lease_s: float) -> float:
         """Eq. 1 with a best-effort job's T_sr = n/2 t_sr."""

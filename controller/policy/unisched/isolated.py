@@ -19,6 +19,8 @@ here, as it would be in-process.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import subprocess
@@ -33,6 +35,19 @@ from controller.policy.unisched.milp_scipy import MatrixAnswer, build, decode
 log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 60.0  # a fresh interpreter importing its solver
+_PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size
+
+
+def _widen(pipe_fd: int) -> None:
+    """Give a pipe to or from the worker ``_PIPE_BYTES`` (Linux): a large model's matrices
+    (up to 0.7 MB pickled on full MIX2) then go in one write, not one wait per 64 KiB.
+    Where the system refuses (another OS, or a lower ``/proc/sys/fs/pipe-max-size``), the
+    default pipe stays."""
+    resize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if resize is None:
+        return
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(pipe_fd, resize, _PIPE_BYTES)
 
 
 def _stop(process: subprocess.Popen[bytes], *conns: Connection) -> None:
@@ -125,6 +140,8 @@ class IsolatedSolver:
             close_fds=True,
         )
         assert process.stdin is not None and process.stdout is not None
+        _widen(process.stdin.fileno())
+        _widen(process.stdout.fileno())  # (the values back: 8 bytes a column)
         requests = Connection(os.dup(process.stdin.fileno()), readable=False)
         answers = Connection(os.dup(process.stdout.fileno()), writable=False)
         process.stdin.close()

@@ -605,18 +605,11 @@ class UniSchedPolicy:
             )
             fastest = min(runs)
             options = tuple(  # Eq. 8's phi-bar, as a tie-break between allocations
-                Option(
-                    c.allocation,
-                    tuple(est.slo_leases(r, slo, q) for q in terms),
-                    TIE_BREAK * fastest / r,
-                )
+                Option(c.allocation, est.slo_leases_before(r, slo, terms), TIE_BREAK * fastest / r)
                 for c, r in zip(choices, runs, strict=True)
             )
-            spare = [
-                q - min(o.leases[f] for o in options)
-                for f, q in enumerate(terms)
-                if q >= 1 and min(o.leases[f] for o in options) <= q
-            ]
+            fewest = [min(need) for need in zip(*(o.leases for o in options), strict=True)]
+            spare = [q - n for q, n in zip(terms, fewest, strict=True) if q >= 1 and n <= q]
             feasible = bool(spare)
             # Running now earns an SLO job a best-effort job's reward (EARLY_SLO_WEIGHT), on top
             # of its deadline's; one that can no longer meet any deadline is a best-effort job
