@@ -24,6 +24,7 @@ DEFAULT_TRACE = DATA / "chronus_philly" / "trace_job_Philly_MIX2.csv"
 
 def run(trace: Path, policy_name: str, cluster: str, limit: int | None) -> dict[str, object]:
     from controller.policy import make_policy
+    from mlsched.gctune import tune_for_cycles
     from simulator.cli import parse_cluster, philly_job_model
     from simulator.engine import SimConfig, Simulation
     from simulator.metrics import compute_metrics
@@ -31,6 +32,7 @@ def run(trace: Path, policy_name: str, cluster: str, limit: int | None) -> dict[
 
     jobs = load_philly(trace, zero_gpu="one")[: limit or None]
     model = philly_job_model(trace, "unisched_vs_fifo")
+    tune_for_cycles()  # as `mlsched simulate` does once the trace is loaded
     policy = make_policy(policy_name)
     started, cpu = time.perf_counter(), time.process_time()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
