@@ -354,8 +354,9 @@ class Simulation:
                 if trigger_at is None:
                     break  # the last cycle saw this state and launched nothing: stuck for good
                 self._advance(trigger_at)
-                self._cycle()
-                last_cycle, trigger_at = self._now, None
+                stopped = self._cycle()
+                last_cycle = self._now
+                trigger_at = last_cycle + gap if stopped else None
                 continue
             times = [self._heap[0][0]] if self._heap else []
             if self._active or self._queued or self._releasing:
@@ -377,9 +378,9 @@ class Simulation:
                 or t >= lease * (math.floor(max(last_cycle, 0.0) / lease) + 1) - _EPS
             )
             if on_boundary or (trigger_at is not None and t >= trigger_at - _EPS):
-                self._cycle()
+                stopped = self._cycle()
                 last_cycle = t
-                trigger_at = None
+                trigger_at = t + gap if stopped else None  # GPUs freed by a stop: as an end's
         self._finish(started)
         return self._result
 
@@ -413,14 +414,17 @@ class Simulation:
         return worth_a_cycle
 
     # --- cycles ------------------------------------------------------------------------------
-    def _cycle(self) -> None:
+    def _cycle(self) -> bool:
+        """One decision, applied; True when it stopped a job (MLF-C), whose GPUs are free
+        now: like a completion, that is worth a cycle (live, the trainer's exit is one)."""
         snapshot = self._snapshot()
         started = time.perf_counter()
         decision = self._policy.decide(snapshot)
         self._result.decision_times_s.append(time.perf_counter() - started)
-        self._apply(snapshot, decision)
+        stopped = self._apply(snapshot, decision)
         if self._config.check_invariants:
             self._check_gpus()
+        return stopped
 
     def _snapshot(self) -> ClusterSnapshot:
         now = self._now
@@ -544,13 +548,15 @@ class Simulation:
             name = "loss" if job.grid_values else "accuracy"
             job.fields["metrics"] = MappingProxyType({name: history[-1][1]})
 
-    def _apply(self, snapshot: ClusterSnapshot, decision: Decision) -> None:
+    def _apply(self, snapshot: ClusterSnapshot, decision: Decision) -> bool:
+        """Carry out the decision; True when it stopped a job."""
         handled: set[str] = set()
         for item in decision.stop:
             job = self._active.get(item.job_id)
             if job is not None:
                 self._stop(job)
                 handled.add(item.job_id)
+        stopped = bool(handled)
         for item in decision.suspend:
             job = self._active.get(item.job_id)
             if job is not None:
@@ -603,6 +609,7 @@ class Simulation:
                 self._launch(job, item.placement, item.lease_s, gpus)
             else:
                 self._result.refused_launches += 1
+        return stopped
 
     def _batch_for(self, job: _Job, asked: int, gpus: int) -> int:
         """The global batch a resize to ``gpus`` GPUs leaves a job at (issue 15): ``asked``, or

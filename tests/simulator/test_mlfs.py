@@ -204,6 +204,36 @@ def test_a_stop_ends_the_job_completed_at_the_accuracy_reached() -> None:
     assert compute_metrics(result)["jobs_stopped"] == 1
 
 
+class StopsThenFills:
+    """Stops ``victim`` at the first cycle at or after ``at`` and launches nothing in that
+    cycle (as MLF-C decides a stop: planned as if the job still held its GPUs); every other
+    cycle launches each queued job on ``plans`` and renews expired leases."""
+
+    name = "stops-then-fills"
+
+    def __init__(self, plans, at: float, victim: str) -> None:  # type: ignore[no-untyped-def]
+        self.plans, self.at, self.victim = plans, at, victim
+
+    def decide(self, s: ClusterSnapshot) -> Decision:
+        renew = tuple(Renew(j.id, 300.0) for j in s.expired())
+        if self.victim and s.now >= self.at:
+            stop, self.victim = (Stop(self.victim, "enough"),), ""
+            return Decision(renew=renew, stop=stop)
+        launch = tuple(Launch(j.id, self.plans[j.id], 300.0) for j in s.queued)
+        return Decision(launch=launch, renew=renew)
+
+
+def test_gpus_freed_by_a_stop_get_a_cycle_as_an_end_does() -> None:
+    # One GPU: a runs from 0; b (100 s) arrives at 10 with no GPU free (no cycle). The lease
+    # boundary at 300 stops a. Its GPU is free at once, so, as after a completion, a cycle
+    # follows one cycle gap later (360), not at the next boundary (600): b ends at 460.
+    plans = {"a": on("n000", 0), "b": on("n000", 0)}
+    jobs = [job("a", 1, 1000), job("b", 1, 100, submit=10.0)]
+    _, r = run(jobs, StopsThenFills(plans, 300, "a"), ClusterShape(1, 1))
+    assert r["a"].end_s == 300 and r["a"].stopped
+    assert r["b"].end_s == pytest.approx(460)
+
+
 # --- accuracy by the deadline, losses, traffic ------------------------------------------------
 
 
