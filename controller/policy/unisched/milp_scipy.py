@@ -39,10 +39,10 @@ from controller.policy.unisched.milp import (
 _INF = np.inf
 # Measured on the MILPs of MIX2 runs (docs/unisched.md, "Solver speed"):
 # * presolve off: :func:`build` already leaves out what it removed here (one column per job of
-#   one allocation, deadline rows that cannot fail); on the 1,557 models of a full MIX2 run
-#   built so, presolve on models of at most 2,000 columns (the rule before) took 21.2 s
-#   against 7.4 s without it on those 511 models, the same objectives on all 1,557 (and on
-#   the largest it took most of a second, twice the time of a solve without it);
+#   one allocation, deadline rows that cannot fail); on 779 models of a full MIX2 run built
+#   so, presolve on the 511 of at most 2,000 columns (the rule before) took 21.2 s against
+#   7.4 s without it, with the same objectives on all 1,557 models replayed (and on the
+#   largest it took most of a second, twice the time of a solve without it);
 # * the feasibility-jump heuristic and symmetry detection cost a fixed ~5 ms a solve (a 3-job
 #   model took 7 ms, 1.5 ms without them) and found nothing the search did not: off, a
 #   quarter less solver time over a sample of full-MIX2 models, the same objectives;
