@@ -33,7 +33,8 @@ For MLFS (§3.3) the controller also keeps:
 - ``migration_requested_at``: a node agent found its server overloaded and asks to move a task
   of the job (:meth:`AgentEvents.migration_requested`). Only for a live task of the job's
   current attempt on that node while the job is STARTING or RUNNING; a request while one is
-  pending or the job is already being moved changes nothing. ``lifecycle`` clears it.
+  pending or the job is already being moved changes nothing (the latter is still recorded as
+  a ``migration_requested`` event: what the agent asked). ``lifecycle`` clears it.
 """
 
 from __future__ import annotations
@@ -179,23 +180,30 @@ class AgentEvents:
                 or job is None
                 or task.node_id != node_id
                 or task.state not in LIVE_TASK_STATES
-                or not job.state.active
             ):
                 log.info("migration request for %s from %s ignored: not live there", where, node_id)
                 return False
-            if job.migration_requested_at is not None or job.migration_target is not None:
+            demand = ", ".join(f"{k} {v:.2f}" for k, v in sorted(request.demand.items()))
+            message = (
+                f"requested by node {node_id} for rank {request.rank}"
+                + (f" (demand {demand})" if demand else "")
+                + (f": {request.reason}" if request.reason else "")
+            )
+            if job.migration_target is not None:
+                # already on its way (MLF-H's own cycle may move it on the node's reported load
+                # first): the request changes nothing, but what the agent asked is recorded
+                if job.migration_requested_at is None:
+                    message += "; the job is already being moved"
+                    state.emit("migration_requested", message, job_id=job.id, node_id=node_id)
+                return False
+            if not job.state.active:
+                log.info("migration request for %s from %s ignored: not live there", where, node_id)
+                return False
+            if job.migration_requested_at is not None:
                 return False
             job.migration_requested_at = state.clock.now()
             state.save_job(job)
-            demand = ", ".join(f"{k} {v:.2f}" for k, v in sorted(request.demand.items()))
-            state.emit(
-                "migration_requested",
-                f"requested by node {node_id} for rank {request.rank}"
-                + (f" (demand {demand})" if demand else "")
-                + (f": {request.reason}" if request.reason else ""),
-                job_id=job.id,
-                node_id=node_id,
-            )
+            state.emit("migration_requested", message, job_id=job.id, node_id=node_id)
             return True
 
     def task_status(self, node_id: str, report: TaskReport) -> None:

@@ -125,6 +125,38 @@ def test_a_migration_request_marks_the_job_once_and_is_persisted(cluster):
     assert len(events(c, job.id, "migration_requested")) == 1
 
 
+class MovesOnItsOwn:
+    """Moves every running job to n2 at once, as MLF-H's cycle may on a node's load alone."""
+
+    name = "moves-on-its-own"
+
+    def decide(self, snapshot: ClusterSnapshot) -> Decision:
+        moves = tuple(
+            Migrate(j.id, (tp(0, "n2", 0),), 50.0, "moved off overloaded n1")
+            for j in snapshot.active
+            if all(p.node_id == "n1" for p in j.placement)
+        )
+        return Decision(migrate=moves)
+
+
+def test_a_request_for_a_job_already_being_moved_is_recorded_only(cluster):
+    # the policy ordered the move before the agent's request arrived: nothing to mark, but
+    # the agent's request shows in the events
+    c = cluster
+    c.add_node("n1", 1)
+    c.add_node("n2", 1)
+    job = running_job(c, policy=MovesOnItsOwn())
+    c.cycle()
+    assert job.migration_target is not None and job.state is JobState.SUSPENDING
+    assert not c.events.migration_requested("n1", request(job.id))
+    assert job.migration_requested_at is None
+    [message] = events(c, job.id, "migration_requested")
+    assert message == (
+        "requested by node n1 for rank 0 (demand cpu 0.60): cpu 0.97 > 0.90;"
+        " the job is already being moved"
+    )
+
+
 @pytest.mark.parametrize(
     ("node", "rank", "attempt", "why"),
     [
