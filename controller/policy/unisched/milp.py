@@ -21,7 +21,10 @@ Constraints:
 * Terms ``k >= 1``: SLO jobs' GPUs fit in the cluster, less what the SLO jobs on unexpired
   leases will hold (``reserved``: they run on until they finish). The paper's lease
   assignment presumes this capacity but does not write it out. A term whose row cannot
-  bind is left out, its ``x[k]`` fixed at 1 (:func:`binding_terms`).
+  bind is left out, its ``x[k]`` fixed at 1 (:func:`binding_terms`). A deadline row that
+  cannot fail is left out too (:func:`needs_terms`); a job left with no row at all has its
+  ``s[f]`` in Eq. 6 alone, so the best of them is 1 in every optimum: the backends write no
+  ``s`` for it and add its value to the objective as a constant.
 
 Objective, Eq. 4: ``sum s[f, i] V[f, i]``, plus each job's reward for running now (profiler
 and best-effort rewards, §III-C2; an SLO job past its deadlines earns a best-effort one).

@@ -32,6 +32,8 @@ def solve_mip(
     x0: dict[str, mip.Var] = {}
     ys: dict[str, list[mip.Var]] = {}
     ss: dict[str, list[tuple[int, mip.Var]]] = {}
+    met: dict[str, int] = {}  # deadlines met whatever the solution (no row)
+    offset = 0.0
     feasible_of = feasible_per_job(problem)
     binding = binding_terms(problem, feasible_of)
     for job, feasible in zip(problem.jobs, feasible_of, strict=True):
@@ -49,6 +51,11 @@ def solve_mip(
         if not feasible:
             continue
         rows = term_rows(job, feasible, problem.horizon, binding)  # the others cannot fail
+        if not rows:  # no deadline row: its s[f] enter only Eq. 6, the best one is 1
+            f, _, value = max(feasible, key=lambda d: d[2])
+            met[job.job_id] = f
+            offset += value
+            continue
         last = min(problem.horizon, max((q for _, q, _ in rows), default=1))
         # Future terms are a plan, re-solved every cycle; only term 0 is carried out. They are
         # relaxed to [0, 1] (a rolling-horizon choice of ours that keeps the MILP small); a
@@ -86,7 +93,7 @@ def solve_mip(
             model += mip.xsum(terms_i) <= have
     for k, used in future.items():
         model += mip.xsum(used) <= future_capacity(problem, k)
-    model.objective = mip.maximize(mip.xsum(objective))
+    model.objective = mip.maximize(mip.xsum(objective) + offset)
     built = time.perf_counter()
     if problem.first_feasible:
         status = model.optimize(max_seconds=time_limit_s, max_solutions=1)
@@ -100,12 +107,12 @@ def solve_mip(
         if x0[job.job_id].x is not None and x0[job.job_id].x > 0.5:
             picks = [p for p, v in enumerate(ys[job.job_id]) if v.x is not None and v.x > 0.5]
             run[job.job_id] = picks[0] if picks else 0
-    met = {
-        job_id: f
+    met.update(
+        (job_id, f)
         for job_id, chosen in ss.items()
         for f, s in chosen
         if s.x is not None and s.x > 0.5
-    }
+    )
     return MilpSolution(
         run_now=run,
         deadline=met,

@@ -69,6 +69,7 @@ class Matrices:
     lo: np.ndarray
     hi: np.ndarray
     first_feasible: bool = False
+    offset: float = 0.0  # the objective's constant: deadlines met without a row
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class Columns:
     run: dict[str, int]  # job id -> column of x[0]
     ys: dict[str, range]  # job id -> columns of y[p]
     ss: dict[str, list[tuple[int, int]]]  # job id -> (deadline f, column of s[f])
+    met: dict[str, int]  # job id -> deadline f it meets whatever the solution (no row: a constant)
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,7 @@ class _Builder:
         self.lo.append(lo)
         self.hi.append(hi)
 
-    def matrices(self, first_feasible: bool) -> Matrices:
+    def matrices(self, first_feasible: bool, offset: float = 0.0) -> Matrices:
         indptr = np.zeros(len(self.lengths) + 1, dtype=np.int64)
         np.cumsum(self.lengths, out=indptr[1:])
         shape = (len(self.lo), len(self.cost))
@@ -127,6 +129,7 @@ class _Builder:
             lo=np.asarray(self.lo, dtype=float),
             hi=np.asarray(self.hi, dtype=float),
             first_feasible=first_feasible,
+            offset=offset,
         )
 
 
@@ -140,6 +143,8 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
     run: dict[str, int] = {}
     ys: dict[str, range] = {}
     ss: dict[str, list[tuple[int, int]]] = {}
+    met: dict[str, int] = {}
+    offset = 0.0
     feasible_of = feasible_per_job(problem)
     binding = binding_terms(problem, feasible_of)
     for job, feasible in zip(problem.jobs, feasible_of, strict=True):
@@ -159,6 +164,11 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
         if not feasible:
             continue
         rows = term_rows(job, feasible, horizon, binding)  # the others cannot fail
+        if not rows:  # no deadline row: its s[f] enter only Eq. 6, the best one is 1
+            f, _, value = max(feasible, key=lambda d: d[2])
+            met[job.job_id] = f
+            offset += value
+            continue
         last = min(horizon, max((q for _, q, _ in rows), default=1))
         terms = {}  # relaxed future terms k = 1 .. last-1 whose row can bind; the others are 1
         for k in range(1, last):
@@ -198,7 +208,7 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
             b.row([var for var, _ in entries], [v for _, v in entries], -_INF, float(have))
     for k, (cols, vals) in future.items():
         b.row(cols, vals, -_INF, future_capacity(problem, k))
-    return b.matrices(problem.first_feasible), Columns(run, ys, ss)
+    return b.matrices(problem.first_feasible, offset), Columns(run, ys, ss, met)
 
 
 def solve_scipy(problem: MilpProblem, time_limit_s: float = 1.0) -> MilpSolution | None:
@@ -255,12 +265,14 @@ def decode(
         if x[col] > 0.5:
             picks = [p for p, var in enumerate(columns.ys[job_id]) if x[var] > 0.5]
             run_now[job_id] = picks[0] if picks else 0
-    met = {job_id: f for job_id, chosen in columns.ss.items() for f, s in chosen if x[s] > 0.5}
+    met = dict(columns.met)
+    for job_id, chosen in columns.ss.items():
+        met.update((job_id, f) for f, s in chosen if x[s] > 0.5)
     return MilpSolution(
         run_now=run_now,
         deadline=met,
         status="optimal" if answer.optimal else "feasible",
-        objective=float(m.c @ x),
+        objective=float(m.c @ x) + m.offset,
         solve_s=answer.solve_s,
         build_s=build_s,
     )

@@ -51,10 +51,13 @@ def test_the_matrices_leave_out_terms_that_cannot_bind():
     jobs = (_slo("a", 8, 2, 3), _slo("b", 4, 1, 2))
     roomy = MilpProblem(jobs, (0, 0, 0, 1), total_gpus=12, horizon=4)
     tight = MilpProblem(jobs, (0, 0, 0, 1), total_gpus=11, horizon=4)
-    # per job x[0] (standing for y: one option) and s; no w (one option); terms: none, or
-    # term 1 of both jobs; rows: Eq. 6 over one s is its bound, not a row
-    assert milp_scipy.build(roomy)[0].c.size == 4
-    assert milp_scipy.build(tight)[0].c.size == 6
+    # per job x[0] (standing for y: one option); no w (one option). Roomy: no term binds, so
+    # with terms 1 and 2 held no deadline row can fail and no s is written (each deadline a
+    # constant 100). Tight: term 1 of both jobs and their s (Eq. 6 over one s is its bound)
+    m, columns = milp_scipy.build(roomy)
+    assert m.c.size == 2 and m.offset == 200.0 and columns.met == {"a": 0, "b": 0}
+    m, columns = milp_scipy.build(tight)
+    assert m.c.size == 6 and m.offset == 0.0 and columns.met == {}
 
 
 def _random_problem(seed: int) -> MilpProblem:
@@ -125,9 +128,10 @@ def test_a_far_deadline_needs_no_terms():
     problem = MilpProblem(jobs, (0, 0, 0, 1), total_gpus=7, horizon=4)
     assert _binding(problem) == {1, 2}  # "far" holds no term, so term 3 cannot bind
     m, _ = milp_scipy.build(problem)
-    # far: x[0], s; near: x[0], x[1], x[2], s. Rows: near's Eq. 7, Eq. 14 at four levels,
-    # the capacity of terms 1 and 2 (Eq. 6 over one s is its bound)
-    assert m.c.size == 6 and m.a.shape[0] == 7
+    # far: x[0] (no row: its deadline is the constant 100); near: x[0], x[1], x[2], s. Rows:
+    # near's Eq. 7, Eq. 14 at four levels, the capacity of terms 1 and 2 (Eq. 6 over one s is
+    # its bound)
+    assert m.c.size == 5 and m.a.shape[0] == 7 and m.offset == 100.0
     for solver in SOLVERS:
         got = solve(problem, solver)
         assert got is not None and got.run_now == {"near": 0}
