@@ -197,7 +197,12 @@ class AgentEvents:
                     state.emit("migration_requested", message, job_id=job.id, node_id=node_id)
                 return False
             if not job.state.active:
-                log.info("migration request for %s from %s ignored: not live there", where, node_id)
+                log.info(
+                    "migration request for %s from %s ignored: job %s",
+                    where,
+                    node_id,
+                    job.state.value,
+                )
                 return False
             if job.migration_requested_at is not None:
                 return False
