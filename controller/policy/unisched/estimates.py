@@ -76,10 +76,11 @@ class JobEstimator:
         if not self.config.sr_aware:
             return (n,) * len(terms)
         t_sr = self.t_sr
-        return tuple(
-            max(1, math.ceil(duration_s(sr_overhead_slo(n, max(n, q), t_sr), 1, run_s) / lease_s))
-            for q in terms
-        )
+        leases = []
+        for q in terms:  # Eq. 1 with N_iter * T_iter = run_s (a hot loop: no call it can spare)
+            need = math.ceil((sr_overhead_slo(n, q if q > n else n, t_sr) + run_s) / lease_s)
+            leases.append(need if need > 1 else 1)
+        return tuple(leases)
 
     def best_effort_remaining_s(self, run_s: float, lease_s: float) -> float:
         """Eq. 1 with a best-effort job's T_sr = n/2 t_sr."""

@@ -82,6 +82,7 @@ EARLY_SLO_WEIGHT = 1.0
 GRID_EPS = 1e-9  # in periods: a clock a hair past a boundary is on it
 TIE_BREAK = 1e-3  # weight of an allocation's normalised speed for SLO jobs (Eq. 8)
 URGENT_SLACK = 1  # SLO lease terms of slack at most which an SLO job must start to be safe
+_PHASES = ("profiling", "slo", "best-effort")  # a candidate's phase (UniSchedPolicy._phase)
 REACH = 2  # queued jobs of each kind in the MILP: up to this many times the GPUs it can give out
 
 
@@ -343,11 +344,8 @@ class UniSchedPolicy:
                 kept.remove(cand)
                 lease = self._lease_for(cand.phase, be, slo, now)
                 migrate.append(Migrate(cand.view.id, placement, lease, "packed for a whole cell"))
-        renew = [
-            Renew(c.view.id, self._lease_for(c.phase, be, slo, now))
-            for c in kept
-            if not c.choices[0].placement
-        ]
+        leases = {phase: self._lease_for(phase, be, slo, now) for phase in _PHASES}
+        renew = [Renew(c.view.id, leases[c.phase]) for c in kept if not c.choices[0].placement]
         launch: list[Launch] = []
         self._waiting = {}
         for cand, choice in wanted:
