@@ -10,8 +10,10 @@ option has no ``y``: Eq. 13 makes ``y[0] = x[0]``, so ``x[0]`` stands for both);
 with a reachable deadline, ``x[k]`` for the ``k = 1 .. last-1`` whose capacity row can bind
 (in [0, 1]; the others are fixed at 1, ``milp.binding_terms``) and serve a deadline row
 that can fail (``milp.term_rows``), then per reachable deadline ``s[f]`` (binary) followed,
-when its row is written, by its ``w[f, p]`` (in [0, 1]). Rows are ranges
-``lo <= A x <= hi``; HiGHS minimises, so the objective is negated.
+when its row is written, by its ``w[f, p]`` (in [0, 1]). An SLO job none of whose deadline
+rows is written has no ``x[k]`` and no ``s``: its best deadline's value is the objective's
+constant ``Matrices.offset`` (``milp``'s docstring). Rows are ranges ``lo <= A x <= hi``;
+HiGHS minimises, so the objective is negated.
 """
 
 from __future__ import annotations
