@@ -124,6 +124,13 @@ def feasible_per_job(problem: MilpProblem) -> list[list[tuple[int, int, float]]]
     return [feasible_deadlines(j, problem.horizon) if j.slo else [] for j in problem.jobs]
 
 
+def best_deadline(feasible: Sequence[tuple[int, int, float]]) -> tuple[int, float]:
+    """(f, V_f) of the most valuable of ``feasible`` (the first of equal ones): the deadline a
+    job without deadline rows meets in every optimum, its ``s[f]`` being in Eq. 6 alone."""
+    f, _, value = max(feasible, key=lambda d: d[2])
+    return f, value
+
+
 def future_capacity(problem: MilpProblem, k: int) -> float:
     """GPUs the candidates may plan on in future term ``k >= 1``: the cluster, less what SLO
     jobs on unexpired leases hold then."""

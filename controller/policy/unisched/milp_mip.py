@@ -11,6 +11,7 @@ import mip
 from controller.policy.unisched.milp import (
     MilpProblem,
     MilpSolution,
+    best_deadline,
     binding_terms,
     feasible_per_job,
     future_capacity,
@@ -52,7 +53,7 @@ def solve_mip(
             continue
         rows = term_rows(job, feasible, problem.horizon, binding)  # the others cannot fail
         if not rows:  # no deadline row: its s[f] enter only Eq. 6, the best one is 1
-            f, _, value = max(feasible, key=lambda d: d[2])
+            f, value = best_deadline(feasible)
             met[job.job_id] = f
             offset += value
             continue

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 from controller.policy.unisched.milp import (
     MilpProblem,
     MilpSolution,
+    best_deadline,
     binding_terms,
     feasible_per_job,
     future_capacity,
@@ -167,7 +168,7 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
             continue
         rows = term_rows(job, feasible, horizon, binding)  # the others cannot fail
         if not rows:  # no deadline row: its s[f] enter only Eq. 6, the best one is 1
-            f, _, value = max(feasible, key=lambda d: d[2])
+            f, value = best_deadline(feasible)
             met[job.job_id] = f
             offset += value
             continue
