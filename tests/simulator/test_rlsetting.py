@@ -100,24 +100,30 @@ def test_the_simulator_runs_the_shipped_model_trained_for_its_setting(
 ) -> None:
     # C120 without MLFS features under the paper's parameters: the full traces' setting, for
     # which a model trained on long queues is shipped beside the default one
-    # (one without MLFS features, one with)
-    c120, c120_features = SETTING_MODEL_PATHS
-    assert [load_model(p)[1]["cluster"] for p in SETTING_MODEL_PATHS] == ["C120", "C120"]
-    assert [load_model(p)[1]["mlfs_features"] for p in SETTING_MODEL_PATHS] == [False, True]
+    # (one without MLFS features, one with, and one without features for gamma_w = 0)
+    c120, c120_features, c120_gw0 = SETTING_MODEL_PATHS
+    metas = [load_model(p)[1] for p in SETTING_MODEL_PATHS]
+    assert [m["cluster"] for m in metas] == ["C120", "C120", "C120"]
+    assert [m["mlfs_features"] for m in metas] == [False, True, False]
+    assert [m["mlfs_params"] for m in metas] == [{}, {}, {"gamma_w": 0.0}]
     args = ["simulate", "--trace", str(trace), "--cluster", "C120", "--quiet"]
     run = prepare_run(simulate_args([*args, "--policy", "mlf-rl"]))
     assert with_setting_model(run, ["fifo", "mlfs"], False).mlfs_model == c120
     assert with_setting_model(run, ["fifo"], False).mlfs_model is None  # no network runs
     assert with_setting_model(run, ["mlf-rl"], True).mlfs_model == c120_features
     other = replace(run, mlfs=MlfsConfig(gamma_w=0.0))
-    assert with_setting_model(other, ["mlf-rl"], False).mlfs_model is None
-    assert with_setting_model(other, ["mlf-rl"], True).mlfs_model is None
+    assert with_setting_model(other, ["mlf-rl"], False).mlfs_model == c120_gw0
+    assert with_setting_model(other, ["mlf-rl"], True).mlfs_model is None  # none trained for it
+    another = replace(run, mlfs=MlfsConfig(gamma_w=0.1))
+    assert with_setting_model(another, ["mlf-rl"], False).mlfs_model is None
     asked = replace(run, mlfs_model=DEFAULT_MODEL_PATH)
     assert with_setting_model(asked, ["mlf-rl"], False).mlfs_model == DEFAULT_MODEL_PATH
     assert with_setting_model(asked, ["mlf-rl"], True).mlfs_model == DEFAULT_MODEL_PATH
     for features in ([], ["--mlfs-features"]):
         assert main([*args, "--policy", "mlf-rl", *features]) == 0
         assert capsys.readouterr().err == ""  # trained for this setting: nothing to warn about
+    assert main([*args, "--policy", "mlf-rl", "--mlfs-param", "gamma_w=0"]) == 0
+    assert capsys.readouterr().err == ""  # the gamma_w = 0 model is shipped for this one
     assert main([*args, "--policy", "mlf-rl", "--mlfs-features", "--mlfs-param", "gamma_w=0"]) == 0
     assert "runs the shipped model, trained on 10x8 GPUs, this run has 120x8" in (
         capsys.readouterr().err

@@ -34,6 +34,7 @@ DEFAULT_MODEL_PATH = Path(__file__).with_name("default_model.pt")
 SETTING_MODEL_PATHS = (
     Path(__file__).with_name("c120_no_features_model.pt"),
     Path(__file__).with_name("c120_features_model.pt"),
+    Path(__file__).with_name("c120_no_features_gw0_model.pt"),  # --mlfs-param gamma_w=0
 )
 
 
