@@ -56,6 +56,23 @@ class MilpJob:
     now_reward: float = 0.0  # reward for running in term 0
     deadlines: tuple[tuple[int, float], ...] = ()  # (Q_f terms before deadline f, V_f)
     slo: bool = False
+    # Derived once, when the job is made (a policy reuses a queued job's entry across cycles,
+    # and every build reads these): (f, Q_f, V_f) of the deadlines its best allocation can
+    # still meet (:func:`feasible_deadlines`), and per deadline the terms its slowest
+    # allocation needs (:func:`needs_terms`).
+    reachable: tuple[tuple[int, int, float], ...] = field(init=False, repr=False, compare=False)
+    slowest: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        needs = list(zip(*(o.leases for o in self.options), strict=True)) if self.options else []
+        reachable = []
+        if self.slo:
+            for f, (q, value) in enumerate(self.deadlines):
+                need = min(needs[f]) if needs else q + 1
+                if value > 0 and q >= 1 and need <= q:
+                    reachable.append((f, q, value))
+        object.__setattr__(self, "reachable", tuple(reachable))
+        object.__setattr__(self, "slowest", tuple(max(n) for n in needs))
 
 
 @dataclass(frozen=True)
@@ -109,19 +126,15 @@ def solve(
     return solution
 
 
-def feasible_deadlines(job: MilpJob, horizon: int) -> list[tuple[int, int, float]]:
-    """(f, Q_f, V_f) for the deadlines the job can still meet on its best allocation."""
-    found = []
-    for f, (q, value) in enumerate(job.deadlines):
-        need = min(o.leases[f] for o in job.options) if job.options else q + 1
-        if value > 0 and q >= 1 and need <= q:
-            found.append((f, q, value))
-    return found
+def feasible_deadlines(job: MilpJob) -> tuple[tuple[int, int, float], ...]:
+    """(f, Q_f, V_f) for the deadlines an SLO job can still meet on its best allocation (none
+    for a best-effort job)."""
+    return job.reachable
 
 
-def feasible_per_job(problem: MilpProblem) -> list[list[tuple[int, int, float]]]:
-    """:func:`feasible_deadlines` of each job in order (none for a best-effort job)."""
-    return [feasible_deadlines(j, problem.horizon) if j.slo else [] for j in problem.jobs]
+def feasible_per_job(problem: MilpProblem) -> list[tuple[tuple[int, int, float], ...]]:
+    """:func:`feasible_deadlines` of each job in order."""
+    return [j.reachable for j in problem.jobs]
 
 
 def best_deadline(feasible: Sequence[tuple[int, int, float]]) -> tuple[int, float]:
@@ -171,9 +184,7 @@ def needs_terms(job: MilpJob, f: int, q: int, horizon: int, fixed: int = 0) -> b
     deadline's ``x[k]`` and ``w`` enter nothing else that they could help; so the backends
     leave out the row, its ``w`` and the future terms only it would use (the same optimum in
     a smaller model: on full MIX2 at C120 most SLO jobs' deadlines are this far away)."""
-    options = job.options
-    slowest = options[0].leases[f] if len(options) == 1 else max([o.leases[f] for o in options])
-    return slowest > max(0, q - horizon) + fixed
+    return job.slowest[f] > max(0, q - horizon) + fixed
 
 
 def term_rows(

@@ -141,7 +141,7 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
     b = _Builder()
     levels = len(problem.free_cells)
     horizon = problem.horizon
-    cell_use: list[list[tuple[int, int]]] = [[] for _ in range(levels)]
+    cell_use: list[list[int]] = [[] for _ in range(levels)]
     future: dict[int, tuple[list[int], list[float]]] = {}
     run: dict[str, int] = {}
     ys: dict[str, range] = {}
@@ -163,7 +163,7 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
         for var, option in zip(y, job.options, strict=True):
             for level, count in enumerate(option.cells):
                 if count:
-                    cell_use[level].append((var, count))  # Eq. 11
+                    cell_use[level] += (var, count)  # Eq. 11 (column, cells: flat pairs)
         if not feasible:
             continue
         rows = term_rows(job, feasible, horizon, binding)  # the others cannot fail
@@ -205,10 +205,16 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
             b.row([s for _, s in chosen], [1.0] * len(chosen), -_INF, 1.0)  # Eq. 6
         ss[job.job_id] = chosen
     for i in range(levels):  # Eq. 14 over the requested cells (Eq. 11)
-        entries = [(var, float(n << (g - i))) for g in range(i, levels) for var, n in cell_use[g]]
-        if entries:
+        cols: list[int] = []
+        vals: list[float] = []
+        for g in range(i, levels):
+            if cell_use[g]:
+                used = cell_use[g]
+                cols.extend(used[0::2])
+                vals.extend([float(n << (g - i)) for n in used[1::2]])
+        if cols:
             have = sum(problem.free_cells[g] << (g - i) for g in range(i, levels))
-            b.row([var for var, _ in entries], [v for _, v in entries], -_INF, float(have))
+            b.row(cols, vals, -_INF, float(have))
     for k, (cols, vals) in future.items():
         b.row(cols, vals, -_INF, future_capacity(problem, k))
     return b.matrices(problem.first_feasible, offset), Columns(run, ys, ss, met)

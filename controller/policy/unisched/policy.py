@@ -136,6 +136,9 @@ class UniSchedPolicy:
         self._held: dict[str, tuple[object, _Choice]] = {}  # placement -> the kept choice
         # not running: (inputs, terms to the deadlines, candidate, its term-free estimates)
         self._queued: dict[str, tuple[tuple[object, ...], list[int], _Candidate, tuple]] = {}
+        # an SLO job's Q_f per deadline: (from, until, SLO lease, deadlines, Q_f), valid while
+        # the cycle's time is in [from, until)
+        self._terms: dict[str, tuple[float, float, float, object, list[int]]] = {}
         self._options: dict[tuple[str, str, int, int, int], tuple[_Choice, ...]] = {}
         self._described: dict[_Choice, str] = {}  # _describe's text per choice (few shapes)
         self.solve_times_s: list[float] = []  # solver time per MILP cycle (for reports)
@@ -409,7 +412,10 @@ class UniSchedPolicy:
         wanted = [c for c in candidates if not c.choices[0].keep]
         if any(sum(len(p.gpu_indices) for p in v.placement) for v in snapshot.busy) and wanted:
             return None  # GPUs on their way back: let the MILP weigh waiting for them
-        pool = CellPool.of(snapshot.free_gpus(), levels)
+        free = snapshot.free_gpus()
+        if sum(c.choices[0].gpus for c in wanted) > sum(len(ids) for ids in free.values()):
+            return None  # more GPUs asked for than are free: they cannot all be placed
+        pool = CellPool.of(free, levels)
         placed = pool.place_all([_request(c.view, c.choices[0]) for c in wanted])
         if len(placed) < len(wanted):
             return None
@@ -580,7 +586,7 @@ class UniSchedPolicy:
             estimate = JobEstimate(phase, 0, 0.0, 0.0, reward, _describe(choices[0]), now)
             return _Candidate(view, phase, choices, milp, estimate)
         iterations = self._iterations(view)
-        terms = _terms(view, now, slo) if phase == "slo" else []
+        terms = self._deadline_terms(view, now, slo) if phase == "slo" else []
         key: tuple[object, ...] = ()
         memo = None
         if not keep:  # what a queued job's candidate is computed from, besides its spec
@@ -642,6 +648,23 @@ class UniSchedPolicy:
         if key:
             self._queued[view.id] = (key, terms, cand, (est, runs, remainings, rewards))
         return cand
+
+    def _deadline_terms(self, view: JobView, now: float, slo: float) -> list[int]:
+        """:func:`_terms`, memoised while none of them can have changed: Q_f = q >= 1 stays q
+        while the time is below the deadline less q terms (less a microsecond, against
+        rounding), and a Q_f of 0 stays 0."""
+        deadlines = view.spec.deadlines
+        memo = self._terms.get(view.id)
+        valid = memo is not None and memo[0] <= now < memo[1] and memo[2] == slo
+        if valid and memo[3] is deadlines:
+            return memo[4]
+        terms = _terms(view, now, slo)
+        until = math.inf
+        for q, d in zip(terms, deadlines, strict=True):
+            if q >= 1:
+                until = min(until, view.submit_time + d.seconds_after_submit - q * slo - 1e-6)
+        self._terms[view.id] = (now, until, slo, deadlines, terms)
+        return terms
 
     def _keep_bonus(self, view: JobView, keep: bool) -> float:
         """``keep_reward`` per GPU for a best-effort job that runs (renewed where it is) or,
@@ -769,7 +792,7 @@ class UniSchedPolicy:
         keep = set(live)
         self._picked = {j: a for j, a in self._picked.items() if j in keep}
         self._growing = {j: p for j, p in self._growing.items() if j in keep}
-        for memo in (self._speeds, self._held, self._queued):
+        for memo in (self._speeds, self._held, self._queued, self._terms):
             for job_id in [j for j in memo if j not in keep]:
                 del memo[job_id]
         for job_id in [j for j in self._curves if j not in keep]:
