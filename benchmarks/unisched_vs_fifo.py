@@ -46,7 +46,7 @@ def run(trace: Path, policy_name: str, cluster: str, limit: int | None) -> dict[
     if close is not None:  # the MILP worker's CPU time counts once it has exited
         close()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    worker = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    worker = max(0.0, after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
     metrics = compute_metrics(result)
     be = metrics["jct_s"]["best_effort"]
     return {
