@@ -1,23 +1,26 @@
 """Benchmark: UniSched's MILPs captured in a simulation, replayed under other HiGHS settings.
 
     python benchmarks/milp_replay.py [--trace PATH] [--cluster C120] [--limit N] [--every 4]
-                                     [--policy unisched] [--sets NAME,...] [--json]
-                                     [--save FILE | --load FILE]
+                                     [--slower-than S] [--policy unisched] [--sets NAME,...]
+                                     [--json] [--save FILE | --load FILE]
 
 The policy runs over the trace as ``mlsched simulate --policy unisched`` runs it (its own
 argument parser and :func:`simulator.cli.prepare_run`, every other option at its default).
 Every MILP the policy sends its worker as matrices (``IsolatedSolver._ask`` with the
 ``Matrices`` of ``milp_scipy.build``: the default ``solver="scipy"``) is counted, and every
-``--every``-th is kept with the worker's answer. Each kept model is then solved again in this
-process with :func:`scipy.optimize.milp`, one option set of :data:`OPTION_SETS` after another.
+``--every``-th is kept with the worker's answer (with ``--slower-than S``, only those the
+worker took at least S seconds to solve, or never answered: the solver's tail). Each kept
+model is then solved again in this process with :func:`scipy.optimize.milp`, one option set
+of :data:`OPTION_SETS` after another.
 
 Printed per option set (``run``: the worker's own solves during the simulation): models, total
 solve seconds and those of the solves that ended before the time limit (``done_s``), p50 / p95
 ms per solve, how many reached the objective the run reached (within 1e-6 relative), how many
-did better or worse or found no solution, and how many stopped at the time limit (for ``run``:
-answers not proven optimal). Wall times: the machine's load moves them, and a solve cut off at
-the limit can end with another objective. ``--save FILE`` writes the kept models (pickled) so
-that ``--load FILE`` replays them again without simulating.
+did better or worse or found no solution, the objective lost on the worse ones, and how many
+stopped at the time limit (for ``run``: answers not proven optimal). Wall times: the machine's
+load moves them, and a solve cut off at the limit can end with another objective. ``--save
+FILE`` writes the kept models (pickled) so that ``--load FILE`` replays them again without
+simulating.
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ def _with(**changes: object) -> Callable[[Matrices, float], dict[str, object]]:
     return lambda m, limit: {**highs_options(m, limit), **changes}
 
 
+def _limit(seconds: float) -> Callable[[Matrices, float], dict[str, object]]:
+    """The code's options with another time limit."""
+    return lambda m, _limit_s: highs_options(m, seconds)
+
+
 def _scipy_defaults(m: Matrices, time_limit_s: float) -> dict[str, object]:
     """HiGHS's own defaults (presolve, gap 1e-4, every heuristic), the limit kept."""
     options: dict[str, object] = {"time_limit": time_limit_s}
@@ -85,17 +93,24 @@ OPTION_SETS: dict[str, Callable[[Matrices, float], dict[str, object]]] = {
     "abs-gap-1e-4": _with(mip_abs_gap=1e-4),
     "heuristics-0": _with(mip_heuristic_effort=0.0),
     "root-reduced-cost-off": _with(mip_heuristic_run_root_reduced_cost=False),
+    "heuristics-0.3": _with(mip_heuristic_effort=0.3),
+    "limit-0.3s": _limit(0.3),
+    "limit-0.5s": _limit(0.5),
     "scipy-defaults": _scipy_defaults,
 }
 
 
 class Recorder:
-    """Counts the matrices sent to the MILP worker and keeps every ``every``-th."""
+    """Counts the matrices sent to the MILP worker and keeps every ``every``-th, of those
+    only the ones the worker took at least ``slower_than`` seconds on (or never answered)."""
 
-    def __init__(self, every: int) -> None:
+    def __init__(self, every: int, slower_than: float = 0.0) -> None:
         if every < 1:
             raise ValueError(f"--every must be at least 1, got {every}")
+        if slower_than < 0:
+            raise ValueError(f"--slower-than must be at least 0, got {slower_than}")
         self.every = every
+        self.slower_than = slower_than
         self.sent = 0
         self.kept: list[Captured] = []
 
@@ -107,8 +122,9 @@ class Recorder:
         def ask(solver: IsolatedSolver, request: object, name: str, limit: float) -> object:
             answer = original(solver, request, name, limit)
             if isinstance(request, Matrices):
-                if self.sent % self.every == 0:
-                    kept = answer if isinstance(answer, MatrixAnswer) else None
+                kept = answer if isinstance(answer, MatrixAnswer) else None
+                slow = kept is None or kept.solve_s >= self.slower_than
+                if self.sent % self.every == 0 and slow:
                     self.kept.append(Captured(request, limit, kept))
                 self.sent += 1
             return answer
@@ -189,8 +205,12 @@ def summary(
     """One option set's row, per model its seconds, objective and whether it stopped at the
     limit; objectives compared with the run's (``runs``)."""
     counts = dict.fromkeys(("same", "better", "worse", "none"), 0)
+    lost = 0.0
     for got, ran in zip(objectives, runs, strict=True):
-        counts[_compare(got, ran)] += 1
+        verdict = _compare(got, ran)
+        counts[verdict] += 1
+        if verdict == "worse" and got is not None and ran is not None:
+            lost += ran - got
     ordered = sorted(seconds)
     finished = (s for s, cut in zip(seconds, limited, strict=True) if not cut)
     return {
@@ -200,6 +220,7 @@ def summary(
         "p50_ms": round(1000 * _rank(ordered, 0.50), 2),
         "p95_ms": round(1000 * _rank(ordered, 0.95), 2),
         **counts,
+        "lost": round(lost, 1),
         "at_limit": sum(limited),
     }
 
@@ -251,6 +272,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--cluster", default="C120", help="[%(default)s]")
     parser.add_argument("--limit", type=int, help="only the first N jobs")
     parser.add_argument("--every", type=int, default=4, help="keep every Nth MILP [%(default)s]")
+    parser.add_argument(
+        "--slower-than",
+        type=float,
+        default=0.0,
+        help="keep only MILPs the run's worker took at least this many seconds on [%(default)s]",
+    )
     parser.add_argument("--policy", default="unisched", help="[%(default)s]")
     parser.add_argument("--sets", default=",".join(OPTION_SETS), help="[%(default)s]")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -285,9 +312,10 @@ def main() -> int:
         with args.load.open("rb") as stored:
             report, kept = pickle.load(stored)
     else:
-        recorder = Recorder(args.every)
+        recorder = Recorder(args.every, args.slower_than)
         report = capture(simulate_args(args.trace, args.cluster, args.limit), args.policy, recorder)
-        report.update(every=args.every, milps=recorder.sent, captured=len(recorder.kept))
+        report.update(every=args.every, slower_than=args.slower_than)
+        report.update(milps=recorder.sent, captured=len(recorder.kept))
         kept = recorder.kept
         print(f"kept {len(kept)} of {recorder.sent} MILPs", file=sys.stderr)
         if args.save:

@@ -96,6 +96,10 @@ def test_milp_replay_on_a_slice(tmp_path):
     assert again["captured"] == report["captured"] and again["milps"] == report["milps"]
     assert again["sets"]["run"] == report["sets"]["run"]
     assert again["sets"]["code"]["same"] == report["captured"]
+    # only the solver's tail: no MILP of this slice takes the worker 1000 s (its limit is 1 s)
+    tail = run_json("milp_replay.py", *args, "--slower-than", "1000", "--sets", "limit-0.3s")
+    assert tail["milps"] == report["milps"] and tail["captured"] == 0
+    assert tail["sets"]["limit-0.3s"]["models"] == 0 and tail["sets"]["run"]["lost"] == 0
 
 
 def test_mlfrl_against_mlfh_on_a_slice():

@@ -57,9 +57,10 @@ class MilpJob:
     deadlines: tuple[tuple[int, float], ...] = ()  # (Q_f terms before deadline f, V_f)
     slo: bool = False
     # Derived once, when the job is made (a policy reuses a queued job's entry across cycles,
-    # and every build reads these): (f, Q_f, V_f) of the deadlines its best allocation can
-    # still meet (:func:`feasible_deadlines`), and per deadline the terms its slowest
-    # allocation needs (:func:`needs_terms`).
+    # and every build reads these): (f, Q_f, V_f) of the deadlines an SLO job can still meet
+    # on its best allocation (worth something, at least a term away, its fastest allocation's
+    # lease count within Q_f; none for a best-effort job), and per deadline the terms its
+    # slowest allocation needs (:func:`needs_terms`).
     reachable: tuple[tuple[int, int, float], ...] = field(init=False, repr=False, compare=False)
     slowest: tuple[int, ...] = field(init=False, repr=False, compare=False)
 
@@ -126,14 +127,8 @@ def solve(
     return solution
 
 
-def feasible_deadlines(job: MilpJob) -> tuple[tuple[int, int, float], ...]:
-    """(f, Q_f, V_f) for the deadlines an SLO job can still meet on its best allocation (none
-    for a best-effort job)."""
-    return job.reachable
-
-
 def feasible_per_job(problem: MilpProblem) -> list[tuple[tuple[int, int, float], ...]]:
-    """:func:`feasible_deadlines` of each job in order."""
+    """Each job's reachable deadlines (``MilpJob.reachable``), in order."""
     return [j.reachable for j in problem.jobs]
 
 
@@ -154,8 +149,8 @@ def future_capacity(problem: MilpProblem, k: int) -> float:
 def binding_terms(
     problem: MilpProblem, feasible: Sequence[Sequence[tuple[int, int, float]]]
 ) -> frozenset[int]:
-    """The future terms whose capacity row can bind (``feasible``: each job's
-    :func:`feasible_deadlines`, in the problem's order).
+    """The future terms whose capacity row can bind (``feasible``:
+    :func:`feasible_per_job` of the problem).
 
     A term's row binds only if the GPUs of every SLO job that may hold the term exceed its
     capacity. In any other term every such job can hold its GPUs (``x[k] = 1``) at no cost,

@@ -208,10 +208,8 @@ def build(problem: MilpProblem) -> tuple[Matrices, Columns]:
         cols: list[int] = []
         vals: list[float] = []
         for g in range(i, levels):
-            if cell_use[g]:
-                used = cell_use[g]
-                cols.extend(used[0::2])
-                vals.extend([float(n << (g - i)) for n in used[1::2]])
+            cols.extend(cell_use[g][0::2])
+            vals.extend([float(n << (g - i)) for n in cell_use[g][1::2]])
         if cols:
             have = sum(problem.free_cells[g] << (g - i) for g in range(i, levels))
             b.row(cols, vals, -_INF, float(have))
